@@ -1,0 +1,56 @@
+// Hyperparameter loading; see hparams.hpp.
+#include "model/hparams.hpp"
+
+namespace loom::model {
+namespace {
+
+int32_t required(const GgufFile& f, const std::string& key) {
+    const GgufValue* v = f.find(key);
+    if (!v) throw ModelError("the GGUF lacks the hyperparameter " + key);
+    auto n = v->as_int();
+    if (!n || *n <= 0 || *n > (1ll << 30)) throw ModelError(key + " must be a positive integer");
+    return static_cast<int32_t>(*n);
+}
+
+int32_t optional(const GgufFile& f, const std::string& key, int32_t fallback) {
+    if (!f.find(key)) return fallback;
+    return required(f, key);
+}
+
+}  // namespace
+
+HParams HParams::from_gguf(const GgufFile& f) {
+    HParams h;
+    h.arch = f.get_string("general.architecture");
+    if (h.arch.empty()) throw ModelError("the GGUF has no general.architecture key");
+    h.name = f.get_string("general.name");
+    const std::string a = h.arch + ".";
+    h.n_layer = required(f, a + "block_count");
+    h.n_embd = required(f, a + "embedding_length");
+    h.n_ff = required(f, a + "feed_forward_length");
+    h.n_head = required(f, a + "attention.head_count");
+    h.n_head_kv = optional(f, a + "attention.head_count_kv", h.n_head);
+    h.n_ctx_train = optional(f, a + "context_length", 2048);
+    if (h.n_head % h.n_head_kv != 0)
+        throw ModelError("head_count " + std::to_string(h.n_head) + " is not a multiple of head_count_kv " +
+                         std::to_string(h.n_head_kv));
+    h.head_dim = optional(f, a + "attention.key_length", h.n_embd / h.n_head);
+    if (optional(f, a + "attention.value_length", h.head_dim) != h.head_dim)
+        throw ModelError("attention.value_length differs from key_length: not supported");
+    h.rope_dim = optional(f, a + "rope.dimension_count", h.head_dim);
+    if (h.rope_dim > h.head_dim || h.rope_dim % 2 != 0)
+        throw ModelError("rope.dimension_count " + std::to_string(h.rope_dim) + " does not fit head size " +
+                         std::to_string(h.head_dim));
+    h.rope_base = static_cast<float>(f.get_float(a + "rope.freq_base", 10000.0));
+    h.rms_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
+    h.rope_scaling = f.get_string(a + "rope.scaling.type");
+    const double factor = f.get_float(a + "rope.scaling.factor", 0.0);
+    if (h.rope_scaling == "linear" && factor > 0) h.rope_scale = static_cast<float>(1.0 / factor);
+    if (const GgufValue* t = f.find("tokenizer.ggml.tokens"); t && t->type == GgufType::ARRAY)
+        h.n_vocab = static_cast<int32_t>(t->count);
+    h.n_vocab = optional(f, a + "vocab_size", h.n_vocab);
+    if (h.n_vocab <= 0) throw ModelError("cannot tell the vocabulary size");
+    return h;
+}
+
+}  // namespace loom::model

@@ -1,0 +1,449 @@
+// Formatting and parsing of protocol lines; docs/protocol.md is the spec.
+#include "protocol/protocol.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+
+namespace loom::protocol {
+namespace {
+
+// ----- writing ---------------------------------------------------------------
+
+void require_id(std::string_view id) {
+    if (!valid_id(id)) throw std::invalid_argument("invalid request id '" + std::string(id) + "'");
+}
+
+// Values may hold any byte; bytes that would break the line are percent-encoded.
+std::string encode_value(std::string_view v) {
+    static const char* hex = "0123456789ABCDEF";
+    std::string out;
+    for (unsigned char c : v) {
+        if (c <= 0x20 || c == '%' || c == 0x7f) {
+            out += '%';
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    return out;
+}
+
+template <typename T>
+std::string join_ints(const std::vector<T>& v) {
+    std::string out;
+    for (size_t k = 0; k < v.size(); ++k) {
+        if (k) out += ',';
+        out += std::to_string(v[k]);
+    }
+    return out;
+}
+
+void append_pairs(std::string& out, const std::vector<TokenLogprob>& top) {
+    for (const auto& [tok, lp] : top) {
+        out += ' ';
+        out += std::to_string(tok);
+        out += ':';
+        out += format_float(lp);
+    }
+}
+
+std::string format_one(const Hello& h) {
+    std::string s = "HELLO loom/" + std::to_string(h.version);
+    s += " engine=" + encode_value(h.engine);
+    s += " backend=" + encode_value(h.backend);
+    s += " model=" + encode_value(h.model);
+    s += " n_vocab=" + std::to_string(h.n_vocab);
+    s += " n_ctx=" + std::to_string(h.n_ctx);
+    s += " bos=" + std::to_string(h.bos);
+    s += " eos=" + std::to_string(h.eos);
+    s += " eog=" + join_ints(h.eog);
+    std::string caps;
+    for (size_t k = 0; k < h.caps.size(); ++k) {
+        if (k) caps += ',';
+        caps += encode_value(h.caps[k]);
+    }
+    s += " caps=" + caps;
+    s += " max_logprobs=" + std::to_string(h.max_logprobs);
+    return s;
+}
+std::string format_one(const Token& t) {
+    require_id(t.id);
+    return "T " + t.id + " " + std::to_string(t.token);
+}
+std::string format_one(const Logprobs& l) {
+    require_id(l.id);
+    std::string s = "LP " + l.id + " " + format_float(l.logprob);
+    append_pairs(s, l.top);
+    return s;
+}
+std::string format_one(const PromptLogprobs& p) {
+    require_id(p.id);
+    std::string s = "PLP " + p.id + " " + std::to_string(p.index) + " " +
+                    (p.logprob ? format_float(*p.logprob) : std::string("-"));
+    append_pairs(s, p.top);
+    return s;
+}
+std::string format_one(const Done& d) {
+    require_id(d.id);
+    if (d.finish.empty() || d.finish.find_first_of(" \t\r\n") != std::string::npos)
+        throw std::invalid_argument("invalid finish reason");
+    return "DONE " + d.id + " " + d.finish + " prompt_tokens=" + std::to_string(d.prompt_tokens) +
+           " completion_tokens=" + std::to_string(d.completion_tokens);
+}
+std::string format_one(const Error& e) {
+    if (e.id != "-") require_id(e.id);
+    std::string msg = e.message.empty() ? std::string("error") : e.message;
+    std::replace_if(msg.begin(), msg.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+    return "ERR " + e.id + " " + msg;
+}
+std::string format_one(const Gen& g) {
+    require_id(g.id);
+    if (g.prompt.empty()) throw std::invalid_argument("GEN needs a non-empty prompt");
+    std::string s = "GEN " + g.id + " prompt=" + join_ints(g.prompt);
+    if (g.max_tokens) s += " max_tokens=" + std::to_string(*g.max_tokens);
+    s += " temperature=" + format_float(g.temperature);
+    if (g.top_k != 0) s += " top_k=" + std::to_string(g.top_k);
+    if (g.top_p != 1.0f) s += " top_p=" + format_float(g.top_p);
+    if (g.min_p != 0.0f) s += " min_p=" + format_float(g.min_p);
+    if (g.seed) s += " seed=" + std::to_string(*g.seed);
+    if (g.logprobs) s += " logprobs=" + std::to_string(*g.logprobs);
+    if (g.prompt_logprobs) s += " prompt_logprobs=" + std::to_string(*g.prompt_logprobs);
+    if (!g.allowed.empty()) s += " allowed=" + join_ints(g.allowed);
+    if (g.presence_penalty != 0.0f) s += " presence_penalty=" + format_float(g.presence_penalty);
+    if (g.frequency_penalty != 0.0f) s += " frequency_penalty=" + format_float(g.frequency_penalty);
+    if (g.repetition_penalty != 1.0f) s += " repetition_penalty=" + format_float(g.repetition_penalty);
+    if (!g.logit_bias.empty()) {
+        s += " logit_bias=";
+        for (size_t k = 0; k < g.logit_bias.size(); ++k) {
+            if (k) s += ',';
+            s += std::to_string(g.logit_bias[k].first);
+            s += ':';
+            s += format_float(g.logit_bias[k].second);
+        }
+    }
+    if (g.processed_logprobs) s += " logprobs_mode=processed";
+    if (g.ignore_eos) s += " ignore_eos=1";
+    return s;
+}
+std::string format_one(const Cancel& c) {
+    require_id(c.id);
+    return "CANCEL " + c.id;
+}
+
+// ----- reading ---------------------------------------------------------------
+
+struct Bad {
+    std::string message;
+};
+
+std::vector<std::string_view> split(std::string_view line) {
+    std::vector<std::string_view> out;
+    size_t k = 0;
+    while (k < line.size()) {
+        while (k < line.size() && (line[k] == ' ' || line[k] == '\t')) ++k;
+        size_t e = k;
+        while (e < line.size() && line[e] != ' ' && line[e] != '\t') ++e;
+        if (e > k) out.push_back(line.substr(k, e - k));
+        k = e;
+    }
+    return out;
+}
+
+template <typename T>
+T parse_int(std::string_view s, std::string_view what) {
+    T v{};
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size() || s.empty())
+        throw Bad{std::string(what) + ": '" + std::string(s) + "' is not an integer in range"};
+    return v;
+}
+
+float parse_float(std::string_view s, std::string_view what, bool allow_neg_inf = false) {
+    float v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size() || s.empty())
+        throw Bad{std::string(what) + ": '" + std::string(s) + "' is not a number"};
+    if (std::isnan(v) || (std::isinf(v) && !(allow_neg_inf && v < 0)))
+        throw Bad{std::string(what) + ": '" + std::string(s) + "' is not finite"};
+    return v;
+}
+
+std::vector<TokenId> parse_ids(std::string_view s, std::string_view what) {
+    std::vector<TokenId> out;
+    if (s.empty()) return out;
+    size_t k = 0;
+    while (true) {
+        size_t e = s.find(',', k);
+        std::string_view part = s.substr(k, e == std::string_view::npos ? std::string_view::npos : e - k);
+        TokenId id = parse_int<TokenId>(part, what);
+        if (id < 0) throw Bad{std::string(what) + ": token id " + std::to_string(id) + " is negative"};
+        out.push_back(id);
+        if (e == std::string_view::npos) break;
+        k = e + 1;
+    }
+    return out;
+}
+
+std::string decode_value(std::string_view v) {
+    std::string out;
+    for (size_t k = 0; k < v.size(); ++k) {
+        if (v[k] == '%' && k + 2 < v.size()) {
+            auto hexv = [](char c) -> int {
+                if (c >= '0' && c <= '9') return c - '0';
+                if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+                if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+                return -1;
+            };
+            int hi = hexv(v[k + 1]), lo = hexv(v[k + 2]);
+            if (hi >= 0 && lo >= 0) {
+                out += static_cast<char>(hi * 16 + lo);
+                k += 2;
+                continue;
+            }
+        }
+        out += v[k];
+    }
+    return out;
+}
+
+// key=value fields after the fixed ones. Duplicate keys are an error.
+std::vector<std::pair<std::string_view, std::string_view>> fields(const std::vector<std::string_view>& parts,
+                                                                  size_t from) {
+    std::vector<std::pair<std::string_view, std::string_view>> out;
+    for (size_t k = from; k < parts.size(); ++k) {
+        size_t eq = parts[k].find('=');
+        if (eq == std::string_view::npos || eq == 0)
+            throw Bad{"field '" + std::string(parts[k]) + "' is not key=value"};
+        std::string_view key = parts[k].substr(0, eq);
+        for (const auto& f : out)
+            if (f.first == key) throw Bad{"duplicate key '" + std::string(key) + "'"};
+        out.emplace_back(key, parts[k].substr(eq + 1));
+    }
+    return out;
+}
+
+std::vector<TokenLogprob> parse_pairs(const std::vector<std::string_view>& parts, size_t from) {
+    std::vector<TokenLogprob> out;
+    for (size_t k = from; k < parts.size(); ++k) {
+        size_t c = parts[k].rfind(':');
+        if (c == std::string_view::npos) throw Bad{"'" + std::string(parts[k]) + "' is not token:logprob"};
+        TokenId t = parse_int<TokenId>(parts[k].substr(0, c), "token");
+        if (t < 0) throw Bad{"negative token id"};
+        out.emplace_back(t, parse_float(parts[k].substr(c + 1), "logprob", true));
+    }
+    return out;
+}
+
+void need_parts(const std::vector<std::string_view>& parts, size_t n, std::string_view verb) {
+    if (parts.size() < n) throw Bad{std::string(verb) + " has too few fields"};
+}
+
+std::string id_of(const std::vector<std::string_view>& parts) {
+    if (parts.size() >= 2 && valid_id(parts[1])) return std::string(parts[1]);
+    return "-";
+}
+
+EngineLine parse_engine(const std::vector<std::string_view>& parts) {
+    const std::string_view verb = parts[0];
+    if (verb == "HELLO") {
+        need_parts(parts, 2, verb);
+        Hello h;
+        if (parts[1].substr(0, 5) != "loom/") throw Bad{"HELLO must start with loom/<version>"};
+        h.version = parse_int<int>(parts[1].substr(5), "version");
+        for (auto [k, v] : fields(parts, 2)) {
+            if (k == "engine") h.engine = decode_value(v);
+            else if (k == "backend") h.backend = decode_value(v);
+            else if (k == "model") h.model = decode_value(v);
+            else if (k == "n_vocab") h.n_vocab = parse_int<int64_t>(v, k);
+            else if (k == "n_ctx") h.n_ctx = parse_int<int64_t>(v, k);
+            else if (k == "bos") h.bos = parse_int<TokenId>(v, k);
+            else if (k == "eos") h.eos = parse_int<TokenId>(v, k);
+            else if (k == "eog") h.eog = parse_ids(v, k);
+            else if (k == "max_logprobs") h.max_logprobs = parse_int<int>(v, k);
+            else if (k == "caps") {
+                h.caps.clear();
+                size_t s = 0;
+                while (s <= v.size() && !v.empty()) {
+                    size_t e = v.find(',', s);
+                    std::string_view c = v.substr(s, e == std::string_view::npos ? std::string_view::npos : e - s);
+                    if (!c.empty()) h.caps.push_back(decode_value(c));
+                    if (e == std::string_view::npos) break;
+                    s = e + 1;
+                }
+            }
+        }
+        return h;
+    }
+    need_parts(parts, 2, verb);
+    if (!valid_id(parts[1])) throw Bad{"invalid request id '" + std::string(parts[1]) + "'"};
+    const std::string id(parts[1]);
+    if (verb == "T") {
+        need_parts(parts, 3, verb);
+        if (parts.size() > 3) throw Bad{"T has extra fields"};
+        TokenId t = parse_int<TokenId>(parts[2], "token");
+        if (t < 0) throw Bad{"negative token id"};
+        return Token{id, t};
+    }
+    if (verb == "LP") {
+        need_parts(parts, 3, verb);
+        return Logprobs{id, parse_float(parts[2], "logprob", true), parse_pairs(parts, 3)};
+    }
+    if (verb == "PLP") {
+        need_parts(parts, 4, verb);
+        PromptLogprobs p{id, parse_int<int64_t>(parts[2], "index"), std::nullopt, {}};
+        if (parts[3] != "-") p.logprob = parse_float(parts[3], "logprob", true);
+        p.top = parse_pairs(parts, 4);
+        return p;
+    }
+    if (verb == "DONE") {
+        need_parts(parts, 3, verb);
+        Done d{id, std::string(parts[2]), 0, 0};
+        for (auto [k, v] : fields(parts, 3)) {
+            if (k == "prompt_tokens") d.prompt_tokens = parse_int<int64_t>(v, k);
+            else if (k == "completion_tokens") d.completion_tokens = parse_int<int64_t>(v, k);
+        }
+        return d;
+    }
+    throw Bad{"unknown line type '" + std::string(verb) + "'"};
+}
+
+GatewayLine parse_gateway(const std::vector<std::string_view>& parts) {
+    const std::string_view verb = parts[0];
+    if (verb != "GEN" && verb != "CANCEL") throw Bad{"unknown command '" + std::string(verb) + "'"};
+    need_parts(parts, 2, verb);
+    if (!valid_id(parts[1])) throw Bad{"invalid request id '" + std::string(parts[1]) + "'"};
+    const std::string id(parts[1]);
+    if (verb == "CANCEL") {
+        if (parts.size() > 2) throw Bad{"CANCEL takes only an id"};
+        return Cancel{id};
+    }
+    Gen g;
+    g.id = id;
+    bool have_prompt = false;
+    for (auto [k, v] : fields(parts, 2)) {
+        if (k == "prompt") {
+            g.prompt = parse_ids(v, k);
+            have_prompt = true;
+        } else if (k == "max_tokens") {
+            g.max_tokens = parse_int<int64_t>(v, k);
+            if (*g.max_tokens < 0) throw Bad{"max_tokens must be >= 0"};
+        } else if (k == "temperature") {
+            g.temperature = parse_float(v, k);
+            if (g.temperature < 0) throw Bad{"temperature must be >= 0"};
+        } else if (k == "top_k") {
+            g.top_k = parse_int<int32_t>(v, k);
+            if (g.top_k < 0) throw Bad{"top_k must be >= 0"};
+        } else if (k == "top_p") {
+            g.top_p = parse_float(v, k);
+            if (!(g.top_p > 0 && g.top_p <= 1)) throw Bad{"top_p must be in (0, 1]"};
+        } else if (k == "min_p") {
+            g.min_p = parse_float(v, k);
+            if (!(g.min_p >= 0 && g.min_p <= 1)) throw Bad{"min_p must be in [0, 1]"};
+        } else if (k == "seed") {
+            g.seed = parse_int<uint64_t>(v, k);
+        } else if (k == "logprobs" || k == "prompt_logprobs") {
+            int n = parse_int<int>(v, k);
+            if (n < 0 || n > kMaxLogprobs)
+                throw Bad{std::string(k) + " must be in 0.." + std::to_string(kMaxLogprobs)};
+            (k == "logprobs" ? g.logprobs : g.prompt_logprobs) = n;
+        } else if (k == "allowed") {
+            g.allowed = parse_ids(v, k);
+            if (g.allowed.empty()) throw Bad{"allowed must name at least one token"};
+        } else if (k == "presence_penalty") {
+            g.presence_penalty = parse_float(v, k);
+        } else if (k == "frequency_penalty") {
+            g.frequency_penalty = parse_float(v, k);
+        } else if (k == "repetition_penalty") {
+            g.repetition_penalty = parse_float(v, k);
+            if (g.repetition_penalty <= 0) throw Bad{"repetition_penalty must be > 0"};
+        } else if (k == "logit_bias") {
+            size_t s = 0;
+            while (!v.empty()) {
+                size_t e = v.find(',', s);
+                std::string_view item = v.substr(s, e == std::string_view::npos ? std::string_view::npos : e - s);
+                size_t c = item.find(':');
+                if (c == std::string_view::npos) throw Bad{"logit_bias item '" + std::string(item) + "' is not id:bias"};
+                TokenId t = parse_int<TokenId>(item.substr(0, c), k);
+                if (t < 0) throw Bad{"logit_bias: negative token id"};
+                g.logit_bias.emplace_back(t, parse_float(item.substr(c + 1), k));
+                if (e == std::string_view::npos) break;
+                s = e + 1;
+            }
+        } else if (k == "logprobs_mode") {
+            if (v == "processed") g.processed_logprobs = true;
+            else if (v == "raw") g.processed_logprobs = false;
+            else throw Bad{"logprobs_mode must be raw or processed"};
+        } else if (k == "ignore_eos") {
+            g.ignore_eos = parse_int<int>(v, k) != 0;
+        }
+        // Unknown keys are skipped (forward compatibility).
+    }
+    if (!have_prompt || g.prompt.empty()) throw Bad{"GEN needs a non-empty prompt=<ids>"};
+    return g;
+}
+
+template <typename Line, typename Fn>
+std::variant<Line, ParseError> parse_with(std::string_view line, Fn fn) {
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+    auto parts = split(line);
+    if (parts.empty()) return ParseError{"-", "empty line"};
+    if constexpr (std::is_same_v<Line, EngineLine>) {
+        if (parts[0] == "ERR") {
+            if (parts.size() < 2) return ParseError{"-", "ERR needs an id"};
+            if (parts[1] != "-" && !valid_id(parts[1])) return ParseError{"-", "invalid request id"};
+            // The message is the rest of the line after "ERR <id> ".
+            size_t at = line.find(parts[1], 3) + parts[1].size();
+            while (at < line.size() && (line[at] == ' ' || line[at] == '\t')) ++at;
+            return Line{Error{std::string(parts[1]), std::string(line.substr(at))}};
+        }
+    }
+    try {
+        return Line{fn(parts)};
+    } catch (const Bad& b) {
+        return ParseError{id_of(parts), b.message};
+    }
+}
+
+}  // namespace
+
+bool Hello::has_cap(std::string_view c) const {
+    return std::find(caps.begin(), caps.end(), c) != caps.end();
+}
+
+bool valid_id(std::string_view id) {
+    if (id.empty() || id.size() > 64) return false;
+    return std::all_of(id.begin(), id.end(), [](char c) {
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+               c == '_' || c == '-';
+    });
+}
+
+std::string format_float(float v) {
+    if (std::isnan(v)) throw std::invalid_argument("NaN cannot be written to the protocol");
+    if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+    char buf[32];
+    auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    (void)ec;
+    return std::string(buf, p);
+}
+
+std::string format(const EngineLine& line) {
+    return std::visit([](const auto& l) { return format_one(l); }, line);
+}
+
+std::string format(const GatewayLine& line) {
+    return std::visit([](const auto& l) { return format_one(l); }, line);
+}
+
+std::variant<EngineLine, ParseError> parse_engine_line(std::string_view line) {
+    return parse_with<EngineLine>(line, parse_engine);
+}
+
+std::variant<GatewayLine, ParseError> parse_gateway_line(std::string_view line) {
+    return parse_with<GatewayLine>(line, parse_gateway);
+}
+
+}  // namespace loom::protocol

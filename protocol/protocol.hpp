@@ -1,0 +1,148 @@
+// The loom engine protocol: line types as plain structs, with format() and parse().
+//
+// Source: docs/protocol.md (the spec; keep the two in step). One message per line,
+// fields separated by single spaces, `key=value` fields in any order; unknown keys are
+// skipped so an older engine and a newer gateway still talk. Floats are written with 9
+// significant digits, enough for a float32 to survive the round trip. This library does
+// no I/O and depends on nothing else in loom.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace loom::protocol {
+
+/// Protocol version spoken by this library (HELLO's first field is `loom/<version>`).
+inline constexpr int kVersion = 1;
+/// Largest `logprobs=K` an engine must accept.
+inline constexpr int kMaxLogprobs = 20;
+
+using TokenId = int32_t;
+
+// ---------------------------------------------------------------------------
+// engine -> gateway
+
+/// First line an engine writes: who it is, the model facts the gateway needs, and
+/// what it can do. `caps` lists capability names such as "logprobs", "allowed",
+/// "cancel", "prompt_logprobs", "penalties", "logit_bias", "processed_logprobs".
+struct Hello {
+    int version = kVersion;
+    std::string engine;   ///< executable name, e.g. "loom-engine-cpu"
+    std::string backend;  ///< "cpu", "cuda", "hip"
+    std::string model;    ///< model name (general.name or file name)
+    int64_t n_vocab = 0;  ///< logits per position
+    int64_t n_ctx = 0;    ///< longest sequence (prompt + completion) the engine serves
+    TokenId bos = -1;     ///< -1: none
+    TokenId eos = -1;
+    std::vector<TokenId> eog;  ///< ids that end generation (finish_reason "stop")
+    std::vector<std::string> caps;
+    int max_logprobs = kMaxLogprobs;
+    bool has_cap(std::string_view c) const;
+};
+
+/// `T <id> <token>`: one generated token.
+struct Token {
+    std::string id;
+    TokenId token = 0;
+};
+
+/// One (token, logprob) pair; logprob may be -inf, never NaN.
+using TokenLogprob = std::pair<TokenId, float>;
+
+/// `LP <id> <logprob> [tok:lp ...]`: the logprob of the token just sent in `T` and the
+/// top-K alternatives, sorted by logprob descending (ties: lower id first).
+struct Logprobs {
+    std::string id;
+    float logprob = 0;
+    std::vector<TokenLogprob> top;
+};
+
+/// `PLP <id> <index> <logprob|-> [tok:lp ...]`: logprob of prompt token `index` given
+/// the tokens before it; `-` (no value) for index 0. Sent after prefill when GEN asked
+/// for prompt_logprobs, one line per prompt token, before any T line.
+struct PromptLogprobs {
+    std::string id;
+    int64_t index = 0;
+    std::optional<float> logprob;
+    std::vector<TokenLogprob> top;
+};
+
+/// `DONE <id> <finish> prompt_tokens=N completion_tokens=M`.
+/// finish: "stop" (an end-of-generation token; it is not sent as T), "length"
+/// (max_tokens or the context is full) or "cancelled".
+struct Done {
+    std::string id;
+    std::string finish;
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;
+};
+
+/// `ERR <id> <message>`: the request failed; message is free text to the end of the
+/// line. id is `-` when the offending line had no readable id.
+struct Error {
+    std::string id;
+    std::string message;
+};
+
+using EngineLine = std::variant<Hello, Token, Logprobs, PromptLogprobs, Done, Error>;
+
+// ---------------------------------------------------------------------------
+// gateway -> engine
+
+/// `GEN <id> prompt=... [key=value ...]`: start generating for one request.
+struct Gen {
+    std::string id;
+    std::vector<TokenId> prompt;       ///< required, non-empty
+    std::optional<int64_t> max_tokens; ///< absent: until the context is full
+    float temperature = 1.0f;          ///< 0: greedy
+    int32_t top_k = 0;                 ///< 0: off
+    float top_p = 1.0f;                ///< 1: off
+    float min_p = 0.0f;                ///< 0: off
+    std::optional<uint64_t> seed;      ///< absent: nondeterministic
+    std::optional<int> logprobs;       ///< absent: no LP lines; K in 0..20
+    std::optional<int> prompt_logprobs;///< absent: no PLP lines; K in 0..20
+    std::vector<TokenId> allowed;      ///< empty: every token
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
+    float repetition_penalty = 1.0f;
+    std::vector<std::pair<TokenId, float>> logit_bias;
+    bool processed_logprobs = false;   ///< logprobs_mode=processed
+    bool ignore_eos = false;           ///< do not stop at end-of-generation ids
+};
+
+/// `CANCEL <id>`: stop the request; the engine answers with `DONE <id> cancelled`.
+struct Cancel {
+    std::string id;
+};
+
+using GatewayLine = std::variant<Gen, Cancel>;
+
+// ---------------------------------------------------------------------------
+
+/// A line that could not be parsed. `id` is the request id when one was readable.
+struct ParseError {
+    std::string id;
+    std::string message;
+};
+
+/// Formats a line without its trailing newline. Throws std::invalid_argument for a
+/// value that cannot be written (a NaN logprob, an id with spaces or control bytes).
+std::string format(const EngineLine& line);
+std::string format(const GatewayLine& line);
+
+/// Parses one line (a trailing "\n" or "\r\n" is ignored). Never throws.
+std::variant<EngineLine, ParseError> parse_engine_line(std::string_view line);
+std::variant<GatewayLine, ParseError> parse_gateway_line(std::string_view line);
+
+/// True when `id` is a valid request id: 1..64 bytes of [A-Za-z0-9._-].
+bool valid_id(std::string_view id);
+
+/// Shortest decimal that reads back to the same float32 ("-inf" for -infinity).
+std::string format_float(float v);
+
+}  // namespace loom::protocol
