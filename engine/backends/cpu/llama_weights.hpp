@@ -1,0 +1,52 @@
+// Binds the tensors of a llama-family GGUF (llama, mistral, qwen2, qwen3) to the
+// structs the CPU forward pass reads, checking every shape and type.
+//
+// Source: llama.cpp's tensor naming for LLM_ARCH_LLAMA / QWEN2 / QWEN3 (token_embd,
+// blk.N.attn_q, ..., output) and the GGUF convention that dims[0] is the row length.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/gguf.hpp"
+#include "model/hparams.hpp"
+
+namespace loom::cpu {
+
+/// A weight matrix [rows x cols] stored row-major in the mapped file: each of `rows`
+/// output rows holds `cols` elements of ggml type `type` in `row_bytes` bytes.
+struct Matrix {
+    uint32_t type = 0;
+    int64_t rows = 0;
+    int64_t cols = 0;
+    size_t row_bytes = 0;
+    const uint8_t* data = nullptr;
+    const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+};
+
+struct LayerWeights {
+    std::vector<float> attn_norm;          ///< [n_embd]
+    Matrix wq, wk, wv, wo;                 ///< [n_head*hd x n_embd], [n_kv*hd x n_embd] x2, [n_embd x n_head*hd]
+    std::vector<float> bq, bk, bv;         ///< qwen2 attention biases (empty otherwise)
+    std::vector<float> q_norm, k_norm;     ///< qwen3 per-head RMSNorm weights [hd] (empty otherwise)
+    std::vector<float> ffn_norm;           ///< [n_embd]
+    Matrix gate, up, down;                 ///< [n_ff x n_embd] x2, [n_embd x n_ff]
+};
+
+struct LlamaWeights {
+    model::HParams hp;
+    bool neox_rope = false;          ///< rotate (i, i + d/2) pairs instead of (2i, 2i + 1)
+    Matrix tok_embd;                 ///< [n_vocab x n_embd]
+    std::vector<float> output_norm;  ///< [n_embd]
+    Matrix output;                   ///< [n_vocab x n_embd]; tok_embd when tied
+    std::vector<float> rope_freqs;   ///< per-pair frequency divisors [rope_dim/2] (Llama 3.1), or empty
+    std::vector<LayerWeights> layers;
+
+    /// Binds the tensors of `f`. Throws model::ModelError naming the architecture when
+    /// it is not llama/mistral/qwen2/qwen3, naming the tensor when one is missing, has
+    /// the wrong shape, or has a type the CPU backend cannot multiply.
+    static LlamaWeights bind(const model::GgufFile& f);
+};
+
+}  // namespace loom::cpu

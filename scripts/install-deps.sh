@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs loom's build and test dependencies from Debian 12 packages.
+# Usage: scripts/install-deps.sh            (needs root, or sudo)
+set -euo pipefail
+PKGS=(
+  build-essential cmake ninja-build ccache pkg-config
+  libboost-dev libboost-program-options-dev   # Beast/Asio/Process, CLI parsing
+  rapidjson-dev libfmt-dev libpcre2-dev        # JSON, formatting, Unicode regexes
+  catch2                                       # unit tests (v2)
+  python3 python3-jinja2                       # e2e tests; reference template renderer
+  curl ca-certificates                         # default-model download
+)
+if [ "${LOOM_WITH_TEST_TOOLS:-0}" = 1 ]; then
+  PKGS+=(clang libclang-rt-14-dev nodejs npm)  # fuzzing, sanitizers, OpenAI client tests
+fi
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then echo "install-deps: all packages present"; exit 0; fi
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
