@@ -1,0 +1,48 @@
+// The gateway's view of one OpenAI request after validation, and its error type.
+//
+// Source: the OpenAI API reference (POST /v1/completions, POST /v1/chat/completions,
+// "Error codes"), with vLLM's extensions (top_k, min_p, repetition_penalty,
+// allowed_token_ids, logprobs_mode).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "protocol/protocol.hpp"
+
+namespace loom::gateway {
+
+/// An error returned to the client as HTTP `status` with OpenAI's error JSON
+/// {"error": {"message", "type", "param", "code"}}. param/code may be empty (null).
+struct ApiError : std::runtime_error {
+    ApiError(int status, std::string message, std::string param = {}, std::string code = {},
+             std::string type = "invalid_request_error")
+        : std::runtime_error(message), status(status), message(std::move(message)), type(std::move(type)),
+          param(std::move(param)), code(std::move(code)) {}
+    int status;
+    std::string message, type, param, code;
+};
+
+enum class Endpoint { Completions, ChatCompletions };
+
+/// A validated generation request. Each prompt yields `n` choices; choice index =
+/// prompt_index * n + i, as the OpenAI API numbers them.
+struct GenerationRequest {
+    Endpoint endpoint = Endpoint::Completions;
+    std::string model;
+    std::vector<std::vector<int32_t>> prompts;  ///< token ids per prompt
+    int n = 1;
+    std::optional<int64_t> max_tokens;          ///< absent: until the context is full
+    protocol::Gen sampling;                     ///< sampling keys (id and prompt unset)
+    std::vector<std::string> stop;              ///< up to 4 stop strings
+    bool logprobs = false;                      ///< return logprobs at all
+    int top_logprobs = 0;                       ///< alternatives per position, 0..20
+    bool echo = false;                          ///< completions: prompt text and its logprobs first
+    bool stream = false;
+    bool include_usage = false;                 ///< stream_options.include_usage
+};
+
+}  // namespace loom::gateway

@@ -1,0 +1,288 @@
+// POST /v1/completions and /v1/chat/completions: validate, send one GEN per choice,
+// assemble text and logprobs per choice, and answer as one JSON body or as
+// server-sent events (data: <chunk>, ..., data: [DONE]).
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <ctime>
+
+#include "gateway/response_json.hpp"
+#include "gateway/server.hpp"
+#include "gateway/text_assembler.hpp"
+
+namespace loom::gateway {
+namespace {
+
+struct Choice {
+    Choice(const model::Tokenizer& tok, std::vector<std::string> stops) : text_asm(tok, std::move(stops)) {}
+    int index = 0;
+    std::string engine_id;
+    TextAssembler text_asm;
+    std::string text;                       // non-streamed: all released text
+    std::vector<LogprobEntry> entries;      // non-streamed: all released entries
+    std::string echo_text;                  // completions echo: the prompt's text
+    std::vector<LogprobEntry> echo_entries; // ... and its logprob entries (PLP lines)
+    std::optional<std::string> finish;
+    int64_t tokens = 0;                     // tokens pushed (up to the stop string)
+    int64_t engine_tokens = 0;              // completion_tokens from DONE
+    int64_t char_offset = 0;                // characters already sent (text_offset)
+    bool done = false;
+    bool stop_hit = false;
+    bool echo_sent = false;
+};
+
+void require_caps(const GenerationRequest& g, const protocol::Hello& h) {
+    auto need = [&](bool used, const char* cap, const char* what, const char* param) {
+        if (used && !h.has_cap(cap))
+            throw ApiError(400, std::string("the engine (") + h.engine + ") does not support " + what, param,
+                           "unsupported_by_engine");
+    };
+    const auto& s = g.sampling;
+    need(g.logprobs, "logprobs", "logprobs", "logprobs");
+    need(g.echo && g.logprobs, "prompt_logprobs", "prompt logprobs (echo with logprobs)", "echo");
+    need(!s.allowed.empty(), "allowed", "allowed_token_ids", "allowed_token_ids");
+    need(!s.logit_bias.empty(), "logit_bias", "logit_bias", "logit_bias");
+    need(s.presence_penalty != 0 || s.frequency_penalty != 0 || s.repetition_penalty != 1, "penalties", "penalties",
+         "presence_penalty");
+    need(s.processed_logprobs, "processed_logprobs", "logprobs_mode=processed", "logprobs_mode");
+    if (g.logprobs && g.top_logprobs > h.max_logprobs)
+        throw ApiError(400, "the engine returns at most " + std::to_string(h.max_logprobs) + " top logprobs",
+                       "top_logprobs");
+}
+
+// Completes when the client closes its end (or sends more bytes, which ends the
+// watch); pushes Disconnected in the first case. Cancelled with socket.cancel().
+asio::awaitable<void> watch_disconnect(tcp::socket& s, std::shared_ptr<EventQueue> q, std::shared_ptr<bool> live) {
+    boost::system::error_code ec;
+    co_await s.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || !*live) co_return;
+    char c;
+    const ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) q->push(-1, Disconnected{});
+}
+
+std::string response_id(App& app, Endpoint ep) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%08llx%08llx", static_cast<unsigned long long>(app.created & 0xffffffff),
+                  static_cast<unsigned long long>(app.next_response++));
+    return std::string(ep == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") + buf;
+}
+
+class SseWriter {
+public:
+    SseWriter(beast::tcp_stream& s) : s_(s) {}
+    asio::awaitable<bool> header(unsigned version) {
+        http::response<http::empty_body> res{http::status::ok, version};
+        res.set(http::field::server, "loom");
+        res.set(http::field::content_type, "text/event-stream");
+        res.set(http::field::cache_control, "no-cache");
+        res.chunked(true);
+        http::response_serializer<http::empty_body> sr{res};
+        boost::system::error_code ec;
+        co_await http::async_write_header(s_, sr, asio::redirect_error(asio::use_awaitable, ec));
+        co_return !ec;
+    }
+    asio::awaitable<bool> event(const std::string& data) {
+        std::string payload = "data: " + data + "\n\n";
+        boost::system::error_code ec;
+        co_await asio::async_write(s_, http::make_chunk(asio::buffer(payload)), asio::redirect_error(asio::use_awaitable, ec));
+        co_return !ec;
+    }
+    asio::awaitable<bool> end() {
+        boost::system::error_code ec;
+        co_await asio::async_write(s_, http::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));
+        co_return !ec;
+    }
+
+private:
+    beast::tcp_stream& s_;
+};
+
+}  // namespace
+
+asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
+                                        const http::request<http::string_body>& req, Endpoint endpoint) {
+    const unsigned version = req.version();
+    const bool keep = req.keep_alive();
+    if (!app.engine->ready()) {
+        co_await write_json(stream, http::status::service_unavailable,
+                            error_body(ApiError(503, "the engine is not ready; retry shortly", "", "engine_unavailable",
+                                                "server_error")),
+                            keep, version);
+        co_return true;
+    }
+    GenerationRequest g;
+    std::optional<ApiError> invalid;
+    try {
+        g = parse_generation_request(req.body(), endpoint, app.model_context());
+        require_caps(g, app.engine->hello());
+    } catch (const ApiError& e) {
+        invalid = e;
+    }
+    if (invalid) {
+        co_await write_json(stream, static_cast<http::status>(invalid->status), error_body(*invalid), keep, version);
+        co_return true;
+    }
+
+    const model::Tokenizer& tok = *app.tokenizer;
+    const int64_t n_ctx = app.engine->hello().n_ctx;
+    auto queue = std::make_shared<EventQueue>(stream.get_executor());
+    std::vector<std::unique_ptr<Choice>> choices;
+    Usage usage;
+    for (size_t p = 0; p < g.prompts.size(); ++p) {
+        const auto& prompt = g.prompts[p];
+        usage.prompt_tokens += static_cast<int64_t>(prompt.size());
+        for (int i = 0; i < g.n; ++i) {
+            auto c = std::make_unique<Choice>(tok, g.stop);
+            c->index = static_cast<int>(choices.size());
+            protocol::Gen gen = g.sampling;
+            gen.prompt = prompt;
+            gen.max_tokens = g.max_tokens.value_or(n_ctx - static_cast<int64_t>(prompt.size()));
+            if (g.logprobs) gen.logprobs = g.top_logprobs;
+            if (g.echo && g.logprobs) gen.prompt_logprobs = g.top_logprobs;
+            if (gen.seed && i > 0) gen.seed = *gen.seed + static_cast<uint64_t>(i);
+            if (g.echo) c->echo_text = tok.decode(prompt);
+            c->engine_id = app.engine->submit(std::move(gen), g.logprobs, queue, c->index);
+            choices.push_back(std::move(c));
+        }
+    }
+    const ResponseMeta meta{response_id(app, endpoint), static_cast<int64_t>(std::time(nullptr)), app.opts.model_id};
+
+    auto live = std::make_shared<bool>(true);
+    tcp::socket& sock = stream.socket();
+    asio::co_spawn(stream.get_executor(), watch_disconnect(sock, queue, live), asio::detached);
+    auto cancel_all = [&] {
+        for (auto& c : choices)
+            if (!c->done) app.engine->cancel(c->engine_id);
+    };
+    auto stop_watch = [&] {
+        *live = false;
+        boost::system::error_code ignore;
+        sock.cancel(ignore);
+    };
+
+    SseWriter sse(stream);
+    if (g.stream) {
+        if (!co_await sse.header(version)) {
+            cancel_all();
+            stop_watch();
+            co_return false;
+        }
+        if (endpoint == Endpoint::ChatCompletions)
+            for (auto& c : choices) {
+                ChoiceOut out;
+                out.index = c->index;
+                out.first_chunk = true;
+                if (!co_await sse.event(stream_chunk(g, meta, tok, &out, nullptr))) {
+                    cancel_all();
+                    stop_watch();
+                    co_return false;
+                }
+            }
+    }
+
+    // Sends (stream) or keeps (non-stream) what a choice released.
+    auto deliver = [&](Choice& c, Released rel, std::optional<std::string> finish) -> asio::awaitable<bool> {
+        if (!c.echo_sent && (!c.echo_text.empty() || !c.echo_entries.empty())) {
+            rel.text = c.echo_text + rel.text;
+            rel.entries.insert(rel.entries.begin(), c.echo_entries.begin(), c.echo_entries.end());
+        }
+        c.echo_sent = true;
+        if (!g.stream) {
+            c.text += rel.text;
+            for (auto& e : rel.entries) c.entries.push_back(std::move(e));
+            co_return true;
+        }
+        if (rel.empty() && !finish) co_return true;
+        ChoiceOut out;
+        out.index = c.index;
+        out.text = std::move(rel.text);
+        out.entries = std::move(rel.entries);
+        out.finish_reason = std::move(finish);
+        out.text_offset = c.char_offset;
+        c.char_offset += utf8_chars(out.text);
+        co_return co_await sse.event(stream_chunk(g, meta, tok, &out, nullptr));
+    };
+
+    std::optional<ApiError> failure;
+    bool client_gone = false;
+    size_t open = choices.size();
+    while (open > 0) {
+        auto [ci, ev] = co_await queue->next();
+        if (std::holds_alternative<Disconnected>(ev)) {
+            client_gone = true;
+            break;
+        }
+        Choice& c = *choices[static_cast<size_t>(ci)];
+        if (c.done) continue;
+        bool ok = true;
+        if (auto* t = std::get_if<TokenEvent>(&ev)) {
+            if (c.stop_hit) continue;
+            ++c.tokens;
+            Released rel = c.text_asm.push(t->token, t->lp ? &*t->lp : nullptr);
+            if (c.text_asm.stopped()) {
+                c.stop_hit = true;
+                app.engine->cancel(c.engine_id);
+            }
+            ok = co_await deliver(c, std::move(rel), std::nullopt);
+        } else if (auto* plp = std::get_if<protocol::PromptLogprobs>(&ev)) {
+            const auto& prompt = g.prompts[static_cast<size_t>(ci / g.n)];
+            if (plp->index >= 0 && plp->index < static_cast<int64_t>(prompt.size())) {
+                LogprobEntry e;
+                e.token = prompt[static_cast<size_t>(plp->index)];
+                e.bytes = tok.token_bytes(e.token);
+                e.special = tok.vocab().is_special(e.token);
+                e.has_logprob = plp->logprob.has_value();
+                e.logprob = plp->logprob.value_or(0.0f);
+                e.top = plp->top;
+                c.echo_entries.push_back(std::move(e));
+            }
+        } else if (auto* d = std::get_if<protocol::Done>(&ev)) {
+            c.done = true;
+            --open;
+            c.engine_tokens = d->completion_tokens;
+            c.finish = (c.stop_hit || d->finish != "length") ? "stop" : "length";
+            ok = co_await deliver(c, c.text_asm.finish(), c.finish);
+        } else if (auto* err = std::get_if<protocol::Error>(&ev)) {
+            c.done = true;
+            --open;
+            failure = ApiError(503, "the engine failed this request: " + err->message, "", "engine_error", "server_error");
+            break;
+        }
+        if (!ok) {
+            client_gone = true;
+            break;
+        }
+    }
+    stop_watch();
+    if (client_gone || failure) cancel_all();
+    if (client_gone) co_return false;
+
+    for (const auto& c : choices) usage.completion_tokens += c->stop_hit ? c->tokens : c->engine_tokens;
+    if (g.stream) {
+        if (failure) {
+            co_await sse.event(error_body(*failure));
+        } else if (g.include_usage) {
+            co_await sse.event(stream_chunk(g, meta, tok, nullptr, &usage));
+        }
+        const bool ok = co_await sse.event("[DONE]") && co_await sse.end();
+        co_return ok;
+    }
+    if (failure) {
+        co_await write_json(stream, static_cast<http::status>(failure->status), error_body(*failure), keep, version);
+        co_return true;
+    }
+    std::vector<ChoiceOut> outs;
+    for (auto& c : choices) {
+        ChoiceOut o;
+        o.index = c->index;
+        o.text = std::move(c->text);
+        o.entries = std::move(c->entries);
+        o.finish_reason = c->finish;
+        outs.push_back(std::move(o));
+    }
+    co_await write_json(stream, http::status::ok, full_response(g, meta, tok, outs, usage), keep, version);
+    co_return true;
+}
+
+}  // namespace loom::gateway

@@ -1,0 +1,123 @@
+// loom-gateway: serves the OpenAI HTTP API and runs an engine child process.
+#include <boost/program_options.hpp>
+
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include "gateway/server.hpp"
+#include "model/gguf.hpp"
+
+namespace po = boost::program_options;
+using namespace loom::gateway;
+
+namespace {
+
+std::string default_engine(const char* argv0) {
+    std::error_code ec;
+    auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) self = std::filesystem::absolute(argv0);
+    return (self.parent_path() / "loom-engine-cpu").string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::signal(SIGPIPE, SIG_IGN);  // a dead engine or client must not kill the gateway
+    std::string model, engine, host, model_id, api_key;
+    int port = 8080, ctx = 0;
+    size_t max_body = 8u << 20;
+    std::vector<std::string> engine_args;
+    po::options_description opts(
+        "loom-gateway: an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions,\n"
+        "/v1/models, /health) that starts an engine process on a GGUF model and talks to it\n"
+        "over the loom engine protocol.\n\nOptions");
+    opts.add_options()
+        ("help,h", "print this help and exit")
+        ("model,m", po::value(&model), "GGUF model file (required)")
+        ("engine", po::value(&engine), "engine executable (default: loom-engine-cpu beside loom-gateway)")
+        ("engine-arg", po::value(&engine_args)->composing(), "extra argument for the engine (repeatable), e.g. --engine-arg=--threads=4")
+        ("ctx", po::value(&ctx)->default_value(0), "context length passed to the engine (0: the model's)")
+        ("host", po::value(&host)->default_value("127.0.0.1"), "address to listen on")
+        ("port", po::value(&port)->default_value(8080), "port to listen on (0: any free port)")
+        ("model-id", po::value(&model_id), "model id served on /v1/models (default: the file name without .gguf)")
+        ("api-key", po::value(&api_key), "require 'Authorization: Bearer <key>' (default: $LOOM_API_KEY, or none)")
+        ("max-body", po::value(&max_body)->default_value(8u << 20), "largest request body in bytes (larger: 413)");
+    po::variables_map vm;
+    try {
+        po::store(po::parse_command_line(argc, argv, opts), vm);
+        po::notify(vm);
+    } catch (const std::exception& e) {
+        std::cerr << "loom-gateway: " << e.what() << "\n" << opts << "\n";
+        return 2;
+    }
+    if (vm.count("help")) {
+        std::cout << opts << "\n";
+        return 0;
+    }
+    if (model.empty() || port < 0 || port > 65535 || ctx < 0) {
+        std::cerr << "loom-gateway: --model is required (and --port in 0..65535)\n" << opts << "\n";
+        return 2;
+    }
+    if (api_key.empty())
+        if (const char* k = std::getenv("LOOM_API_KEY")) api_key = k;
+
+    App app;
+    app.opts.host = host;
+    app.opts.port = static_cast<unsigned short>(port);
+    app.opts.api_key = api_key;
+    app.opts.max_body_bytes = max_body;
+    app.opts.model_id = model_id.empty() ? std::filesystem::path(model).stem().string() : model_id;
+    app.created = static_cast<int64_t>(std::time(nullptr));
+    try {
+        // The gateway reads only the vocabulary; the engine maps the weights.
+        auto file = loom::model::GgufFile::open(model);
+        app.tokenizer = loom::model::Tokenizer::from_gguf(file);
+        app.chat = std::make_unique<ChatRenderer>(app.tokenizer->vocab());
+    } catch (const std::exception& e) {
+        std::cerr << "loom-gateway: cannot use " << model << ": " << e.what() << "\n";
+        return 1;
+    }
+
+    asio::io_context io;
+    EngineCommand cmd{engine.empty() ? default_engine(argv[0]) : engine, {"--model", model}};
+    if (ctx > 0) {
+        cmd.args.push_back("--ctx");
+        cmd.args.push_back(std::to_string(ctx));
+    }
+    for (const auto& a : engine_args) cmd.args.push_back(a);
+    app.engine = std::make_unique<EngineClient>(io, cmd);
+    int exit_code = 0;
+    app.engine->start(
+        [&](const loom::protocol::Hello& h) {
+            if (h.n_vocab < app.tokenizer->n_vocab())
+                std::cerr << "loom-gateway: warning: the engine has " << h.n_vocab << " logits but the vocabulary "
+                          << app.tokenizer->n_vocab() << " tokens\n";
+            std::cerr << "loom-gateway: engine ready: " << h.engine << " (" << h.backend << "), model " << h.model
+                      << ", context " << h.n_ctx << "\n";
+        },
+        [&](const std::string& why) {
+            std::cerr << "loom-gateway: the engine did not start: " << why << "\n";
+            exit_code = 1;
+            io.stop();
+        });
+    unsigned short bound = 0;
+    try {
+        bound = start_server(io, app);
+    } catch (const std::exception& e) {
+        std::cerr << "loom-gateway: cannot listen on " << host << ":" << port << ": " << e.what() << "\n";
+        app.engine->stop();
+        return 1;
+    }
+    std::cerr << "loom-gateway: listening on http://" << host << ":" << bound << " (model id '" << app.opts.model_id
+              << "')\n";
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&](const boost::system::error_code&, int) {
+        app.engine->stop();
+        io.stop();
+    });
+    io.run();
+    app.engine->stop();
+    return exit_code;
+}

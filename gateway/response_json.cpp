@@ -1,0 +1,269 @@
+// OpenAI response JSON; see response_json.hpp.
+#include "gateway/response_json.hpp"
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace loom::gateway {
+namespace {
+
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void str(Writer& w, std::string_view s) {
+    const std::string clean = valid_utf8(s) ? std::string(s) : sanitize_utf8(s);
+    w.String(clean.data(), static_cast<rapidjson::SizeType>(clean.size()));
+}
+
+void logprob(Writer& w, float v) {
+    if (std::isinf(v) && v < 0) {
+        w.RawValue("-9999.0", 7, rapidjson::kNumberType);
+        return;
+    }
+    const std::string s = protocol::format_float(v);  // throws on NaN: never reaches JSON
+    w.RawValue(s.data(), s.size(), rapidjson::kNumberType);
+}
+
+void bytes_array(Writer& w, const std::string& b, bool special) {
+    if (special) {
+        w.Null();
+        return;
+    }
+    w.StartArray();
+    for (unsigned char c : b) w.Uint(c);
+    w.EndArray();
+}
+
+// Chat: logprobs.content entries.
+void chat_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<LogprobEntry>& entries) {
+    w.Key("logprobs");
+    w.StartObject();
+    w.Key("content");
+    w.StartArray();
+    for (const LogprobEntry& e : entries) {
+        w.StartObject();
+        w.Key("token");
+        str(w, token_display(tok, e.token, e.bytes, e.special));
+        w.Key("logprob");
+        logprob(w, e.logprob);
+        w.Key("bytes");
+        bytes_array(w, e.bytes, e.special);
+        w.Key("top_logprobs");
+        w.StartArray();
+        for (const auto& [id, lp] : e.top) {
+            const bool sp = tok.vocab().is_special(id);
+            const std::string& b = tok.token_bytes(id);
+            w.StartObject();
+            w.Key("token");
+            str(w, token_display(tok, id, b, sp));
+            w.Key("logprob");
+            logprob(w, lp);
+            w.Key("bytes");
+            bytes_array(w, b, sp);
+            w.EndObject();
+        }
+        w.EndArray();
+        w.EndObject();
+    }
+    w.EndArray();
+    w.Key("refusal");
+    w.Null();
+    w.EndObject();
+}
+
+// Completions: the legacy {tokens, token_logprobs, top_logprobs, text_offset}.
+void legacy_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<LogprobEntry>& entries,
+                     int64_t offset) {
+    w.Key("logprobs");
+    w.StartObject();
+    w.Key("tokens");
+    w.StartArray();
+    for (const LogprobEntry& e : entries) str(w, token_display(tok, e.token, e.bytes, e.special));
+    w.EndArray();
+    w.Key("token_logprobs");
+    w.StartArray();
+    for (const LogprobEntry& e : entries) {
+        if (e.has_logprob) logprob(w, e.logprob);
+        else w.Null();
+    }
+    w.EndArray();
+    w.Key("top_logprobs");
+    w.StartArray();
+    for (size_t i = 0; i < entries.size(); ++i) {
+        if (!entries[i].has_logprob) {
+            w.Null();
+            continue;
+        }
+        // Keys must be unique: two ids with the same text keep the larger logprob.
+        std::vector<std::pair<std::string, float>> keyed;
+        for (const auto& [id, lp] : entries[i].top) {
+            std::string key = token_display(tok, id, tok.token_bytes(id), tok.vocab().is_special(id));
+            auto it = std::find_if(keyed.begin(), keyed.end(), [&](const auto& kv) { return kv.first == key; });
+            if (it == keyed.end()) keyed.emplace_back(std::move(key), lp);
+            else it->second = std::max(it->second, lp);
+        }
+        w.StartObject();
+        for (const auto& [k, lp] : keyed) {
+            str(w, k);
+            logprob(w, lp);
+        }
+        w.EndObject();
+    }
+    w.EndArray();
+    w.Key("text_offset");
+    w.StartArray();
+    for (const LogprobEntry& e : entries) {
+        w.Int64(offset);
+        offset += utf8_chars(e.bytes);
+    }
+    w.EndArray();
+    w.EndObject();
+}
+
+void header(Writer& w, const GenerationRequest& req, const ResponseMeta& meta, bool chunk) {
+    const bool chat = req.endpoint == Endpoint::ChatCompletions;
+    w.Key("id");
+    str(w, meta.id);
+    w.Key("object");
+    w.String(chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
+    w.Key("created");
+    w.Int64(meta.created);
+    w.Key("model");
+    str(w, meta.model);
+    w.Key("system_fingerprint");
+    w.Null();
+}
+
+void usage_obj(Writer& w, const Usage& u) {
+    w.Key("usage");
+    w.StartObject();
+    w.Key("prompt_tokens");
+    w.Int64(u.prompt_tokens);
+    w.Key("completion_tokens");
+    w.Int64(u.completion_tokens);
+    w.Key("total_tokens");
+    w.Int64(u.prompt_tokens + u.completion_tokens);
+    w.EndObject();
+}
+
+void choice(Writer& w, const GenerationRequest& req, const model::Tokenizer& tok, const ChoiceOut& c, bool chunk) {
+    const bool chat = req.endpoint == Endpoint::ChatCompletions;
+    w.StartObject();
+    w.Key("index");
+    w.Int(c.index);
+    if (chat) {
+        w.Key(chunk ? "delta" : "message");
+        w.StartObject();
+        if (!chunk || c.first_chunk) {
+            w.Key("role");
+            w.String("assistant");
+        }
+        if (!chunk || !c.text.empty() || c.first_chunk) {
+            w.Key("content");
+            str(w, c.text);
+        }
+        if (!chunk) {
+            w.Key("refusal");
+            w.Null();
+            w.Key("tool_calls");
+            w.StartArray();
+            w.EndArray();
+        }
+        w.EndObject();
+    } else {
+        w.Key("text");
+        str(w, c.text);
+    }
+    if (req.logprobs) {
+        if (chat) chat_logprobs(w, tok, c.entries);
+        else legacy_logprobs(w, tok, c.entries, c.text_offset);
+    } else {
+        w.Key("logprobs");
+        w.Null();
+    }
+    w.Key("finish_reason");
+    if (c.finish_reason) w.String(c.finish_reason->c_str());
+    else w.Null();
+    w.EndObject();
+}
+
+}  // namespace
+
+int64_t utf8_chars(std::string_view s) {
+    int64_t n = 0;
+    for (unsigned char c : s)
+        if ((c & 0xC0) != 0x80) ++n;
+    return n;
+}
+
+std::string token_display(const model::Tokenizer& tok, int32_t id, const std::string& bytes, bool special) {
+    if (special) return tok.vocab().tokens.at(static_cast<size_t>(id));
+    if (valid_utf8(bytes)) return bytes;
+    static const char* hex = "0123456789abcdef";
+    std::string out = "bytes:";
+    for (unsigned char c : bytes) {
+        out += "\\x";
+        out += hex[c >> 4];
+        out += hex[c & 15];
+    }
+    return out;
+}
+
+std::string full_response(const GenerationRequest& req, const ResponseMeta& meta, const model::Tokenizer& tok,
+                          const std::vector<ChoiceOut>& choices, const Usage& usage) {
+    rapidjson::StringBuffer buf;
+    Writer w(buf);
+    w.StartObject();
+    header(w, req, meta, false);
+    w.Key("choices");
+    w.StartArray();
+    for (const ChoiceOut& c : choices) choice(w, req, tok, c, false);
+    w.EndArray();
+    usage_obj(w, usage);
+    w.EndObject();
+    return buf.GetString();
+}
+
+std::string stream_chunk(const GenerationRequest& req, const ResponseMeta& meta, const model::Tokenizer& tok,
+                         const ChoiceOut* c, const Usage* usage) {
+    rapidjson::StringBuffer buf;
+    Writer w(buf);
+    w.StartObject();
+    header(w, req, meta, true);
+    w.Key("choices");
+    w.StartArray();
+    if (c) choice(w, req, tok, *c, true);
+    w.EndArray();
+    if (usage) usage_obj(w, *usage);
+    else if (req.include_usage) {
+        w.Key("usage");
+        w.Null();
+    }
+    w.EndObject();
+    return buf.GetString();
+}
+
+std::string error_body(const ApiError& e) {
+    rapidjson::StringBuffer buf;
+    Writer w(buf);
+    w.StartObject();
+    w.Key("error");
+    w.StartObject();
+    w.Key("message");
+    str(w, e.message);
+    w.Key("type");
+    str(w, e.type);
+    w.Key("param");
+    if (e.param.empty()) w.Null();
+    else str(w, e.param);
+    w.Key("code");
+    if (e.code.empty()) w.Null();
+    else str(w, e.code);
+    w.EndObject();
+    w.EndObject();
+    return buf.GetString();
+}
+
+}  // namespace loom::gateway

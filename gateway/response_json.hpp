@@ -1,0 +1,62 @@
+// JSON bodies of OpenAI responses, stream chunks and errors.
+//
+// Source: the OpenAI API reference: the chat completion object and chunk
+// (choices[].message / delta, logprobs.content[] = {token, logprob, bytes,
+// top_logprobs}), the legacy completion object (logprobs = {tokens, token_logprobs,
+// top_logprobs, text_offset}), and the error object. Logprobs are written as the
+// shortest decimal that reads back to the same float32; -inf is written as -9999.0.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gateway/api_types.hpp"
+#include "gateway/text_assembler.hpp"
+#include "model/tokenizer.hpp"
+
+namespace loom::gateway {
+
+/// One choice's content for a response or a chunk.
+struct ChoiceOut {
+    int index = 0;
+    std::string text;                    ///< released text (any bytes; written as valid UTF-8)
+    std::vector<LogprobEntry> entries;   ///< logprob entries that spell `text`
+    std::optional<std::string> finish_reason;
+    int64_t text_offset = 0;             ///< completions: characters before `text` in this choice
+    bool first_chunk = false;            ///< chat streams: the first chunk carries the role
+};
+
+struct Usage {
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;
+};
+
+/// Identity of one response: id ("cmpl-..." / "chatcmpl-..."), creation time (Unix
+/// seconds) and the model id.
+struct ResponseMeta {
+    std::string id;
+    int64_t created = 0;
+    std::string model;
+};
+
+/// `token` string of an entry: the vocabulary text for special tokens, the bytes when
+/// they are valid UTF-8, else "bytes:\xNN..." spelled with literal backslashes.
+std::string token_display(const model::Tokenizer& tok, int32_t id, const std::string& bytes, bool special);
+
+/// The complete (non-streamed) response body.
+std::string full_response(const GenerationRequest& req, const ResponseMeta& meta, const model::Tokenizer& tok,
+                          const std::vector<ChoiceOut>& choices, const Usage& usage);
+
+/// One `data:` payload of a stream (without the "data: " prefix). usage: the final
+/// usage chunk (empty choices) when set, else a choice chunk.
+std::string stream_chunk(const GenerationRequest& req, const ResponseMeta& meta, const model::Tokenizer& tok,
+                         const ChoiceOut* choice, const Usage* usage);
+
+/// {"error": {"message", "type", "param", "code"}}.
+std::string error_body(const ApiError& e);
+
+/// Number of Unicode characters in UTF-8 `s` (invalid bytes count one each).
+int64_t utf8_chars(std::string_view s);
+
+}  // namespace loom::gateway
