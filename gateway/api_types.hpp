@@ -43,6 +43,7 @@ struct GenerationRequest {
     bool echo = false;                          ///< completions: prompt text and its logprobs first
     bool stream = false;
     bool include_usage = false;                 ///< stream_options.include_usage
+    bool tokens_as_ids = false;                 ///< return_tokens_as_token_ids (vLLM): token = "token_id:<id>"
 };
 
 }  // namespace loom::gateway

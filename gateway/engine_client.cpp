@@ -10,7 +10,12 @@ constexpr size_t kMaxEngineLine = 64u << 20;
 
 }  // namespace
 
-EngineClient::EngineClient(asio::io_context& io, EngineCommand cmd) : io_(io), cmd_(std::move(cmd)) {}
+EngineClient::EngineClient(asio::io_context& io, EngineCommand cmd) : io_(io), cmd_(std::move(cmd)) {
+    if (!cmd_.log_path.empty()) {
+        log_.reset(std::fopen(cmd_.log_path.c_str(), "w"));
+        if (!log_) throw std::runtime_error("cannot write the engine log " + cmd_.log_path);
+    }
+}
 
 EngineClient::~EngineClient() { stop(); }
 
@@ -72,6 +77,10 @@ asio::awaitable<bool> EngineClient::run_once(bool first) {
         if (ec) break;
         std::string line = buf.substr(0, n);
         buf.erase(0, n);
+        if (log_) {
+            std::fprintf(log_.get(), "< %s", line.c_str());
+            std::fflush(log_.get());
+        }
         if (!had_hello) {
             auto parsed = protocol::parse_engine_line(line);
             const auto* el = std::get_if<protocol::EngineLine>(&parsed);
@@ -181,6 +190,10 @@ void EngineClient::cancel(const std::string& id) {
 
 void EngineClient::write(std::string line) {
     line += '\n';
+    if (log_) {
+        std::fprintf(log_.get(), "> %s", line.c_str());
+        std::fflush(log_.get());
+    }
     out_.push_back(std::move(line));
     if (!writing_) {
         writing_ = true;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <map>
@@ -60,6 +61,7 @@ private:
 struct EngineCommand {
     std::string exe;                 ///< engine executable
     std::vector<std::string> args;   ///< e.g. {"--model", path}
+    std::string log_path;            ///< "": no log; else every protocol line, "> " sent, "< " received
 };
 
 class EngineClient {
@@ -110,6 +112,7 @@ private:
     std::deque<std::string> out_;
     std::map<std::string, Route> routes_;
     uint64_t next_id_ = 1;
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> log_{nullptr, &std::fclose};
 };
 
 }  // namespace loom::gateway

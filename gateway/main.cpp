@@ -25,7 +25,7 @@ std::string default_engine(const char* argv0) {
 
 int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);  // a dead engine or client must not kill the gateway
-    std::string model, engine, host, model_id, api_key;
+    std::string model, engine, host, model_id, api_key, engine_log;
     int port = 8080, ctx = 0;
     size_t max_body = 8u << 20;
     std::vector<std::string> engine_args;
@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
         ("port", po::value(&port)->default_value(8080), "port to listen on (0: any free port)")
         ("model-id", po::value(&model_id), "model id served on /v1/models (default: the file name without .gguf)")
         ("api-key", po::value(&api_key), "require 'Authorization: Bearer <key>' (default: $LOOM_API_KEY, or none)")
-        ("max-body", po::value(&max_body)->default_value(8u << 20), "largest request body in bytes (larger: 413)");
+        ("max-body", po::value(&max_body)->default_value(8u << 20), "largest request body in bytes (larger: 413)")
+        ("engine-log", po::value(&engine_log), "write every protocol line to this file ('> ' sent, '< ' received)");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -81,13 +82,18 @@ int main(int argc, char** argv) {
     }
 
     asio::io_context io;
-    EngineCommand cmd{engine.empty() ? default_engine(argv[0]) : engine, {"--model", model}};
+    EngineCommand cmd{engine.empty() ? default_engine(argv[0]) : engine, {"--model", model}, engine_log};
     if (ctx > 0) {
         cmd.args.push_back("--ctx");
         cmd.args.push_back(std::to_string(ctx));
     }
     for (const auto& a : engine_args) cmd.args.push_back(a);
-    app.engine = std::make_unique<EngineClient>(io, cmd);
+    try {
+        app.engine = std::make_unique<EngineClient>(io, cmd);
+    } catch (const std::exception& e) {
+        std::cerr << "loom-gateway: " << e.what() << "\n";
+        return 1;
+    }
     int exit_code = 0;
     app.engine->start(
         [&](const loom::protocol::Hello& h) {

@@ -240,6 +240,7 @@ GenerationRequest parse_generation_request(std::string_view body_text, Endpoint 
         r.include_usage = boolean(*so, "include_usage", false);
     }
     r.stop = stops(body);
+    r.tokens_as_ids = boolean(body, "return_tokens_as_token_ids", false);
 
     const int64_t max_ctx = ctx.n_ctx;
     std::optional<int64_t> mt = integer(body, "max_completion_tokens", 0, max_ctx);

@@ -36,8 +36,13 @@ void bytes_array(Writer& w, const std::string& b, bool special) {
     w.EndArray();
 }
 
+// The `token` string of an id, or "token_id:<id>" when the request asked for ids.
+std::string display(const model::Tokenizer& tok, bool as_ids, int32_t id, const std::string& bytes, bool special) {
+    return as_ids ? "token_id:" + std::to_string(id) : token_display(tok, id, bytes, special);
+}
+
 // Chat: logprobs.content entries.
-void chat_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<LogprobEntry>& entries) {
+void chat_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<LogprobEntry>& entries, bool as_ids) {
     w.Key("logprobs");
     w.StartObject();
     w.Key("content");
@@ -45,7 +50,7 @@ void chat_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<Log
     for (const LogprobEntry& e : entries) {
         w.StartObject();
         w.Key("token");
-        str(w, token_display(tok, e.token, e.bytes, e.special));
+        str(w, display(tok, as_ids, e.token, e.bytes, e.special));
         w.Key("logprob");
         logprob(w, e.logprob);
         w.Key("bytes");
@@ -57,7 +62,7 @@ void chat_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<Log
             const std::string& b = tok.token_bytes(id);
             w.StartObject();
             w.Key("token");
-            str(w, token_display(tok, id, b, sp));
+            str(w, display(tok, as_ids, id, b, sp));
             w.Key("logprob");
             logprob(w, lp);
             w.Key("bytes");
@@ -75,12 +80,12 @@ void chat_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<Log
 
 // Completions: the legacy {tokens, token_logprobs, top_logprobs, text_offset}.
 void legacy_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<LogprobEntry>& entries,
-                     int64_t offset) {
+                     int64_t offset, bool as_ids) {
     w.Key("logprobs");
     w.StartObject();
     w.Key("tokens");
     w.StartArray();
-    for (const LogprobEntry& e : entries) str(w, token_display(tok, e.token, e.bytes, e.special));
+    for (const LogprobEntry& e : entries) str(w, display(tok, as_ids, e.token, e.bytes, e.special));
     w.EndArray();
     w.Key("token_logprobs");
     w.StartArray();
@@ -99,7 +104,7 @@ void legacy_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<L
         // Keys must be unique: two ids with the same text keep the larger logprob.
         std::vector<std::pair<std::string, float>> keyed;
         for (const auto& [id, lp] : entries[i].top) {
-            std::string key = token_display(tok, id, tok.token_bytes(id), tok.vocab().is_special(id));
+            std::string key = display(tok, as_ids, id, tok.token_bytes(id), tok.vocab().is_special(id));
             auto it = std::find_if(keyed.begin(), keyed.end(), [&](const auto& kv) { return kv.first == key; });
             if (it == keyed.end()) keyed.emplace_back(std::move(key), lp);
             else it->second = std::max(it->second, lp);
@@ -177,8 +182,8 @@ void choice(Writer& w, const GenerationRequest& req, const model::Tokenizer& tok
         str(w, c.text);
     }
     if (req.logprobs) {
-        if (chat) chat_logprobs(w, tok, c.entries);
-        else legacy_logprobs(w, tok, c.entries, c.text_offset);
+        if (chat) chat_logprobs(w, tok, c.entries, req.tokens_as_ids);
+        else legacy_logprobs(w, tok, c.entries, c.text_offset, req.tokens_as_ids);
     } else {
         w.Key("logprobs");
         w.Null();

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "gateway/response_json.hpp"
+#include "gateway/text_assembler.hpp"
 
 namespace loom::gateway {
 namespace {
@@ -34,6 +35,59 @@ std::string models_body(const App& app) {
     }
     w.EndObject();
     w.EndArray();
+    w.EndObject();
+    return buf.GetString();
+}
+
+// POST /tokenize {"model"?, "prompt" | "messages", "add_special_tokens"?} ->
+// {"count", "max_model_len", "tokens"}; POST /detokenize {"model"?, "tokens"} -> {"prompt"}
+// (vLLM's extension endpoints). Throws ApiError(400) on bad input.
+std::string tokenize_body(const App& app, const std::string& body, bool detokenize) {
+    rapidjson::Document d;
+    d.Parse(body.data(), body.size());
+    if (d.HasParseError() || !d.IsObject()) throw ApiError(400, "the request body must be a JSON object");
+    if (d.HasMember("model") && (!d["model"].IsString() || app.opts.model_id != d["model"].GetString()))
+        throw ApiError(404, "The model does not exist; this server serves '" + app.opts.model_id + "'", "model",
+                       "model_not_found");
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    w.StartObject();
+    if (detokenize) {
+        if (!d.HasMember("tokens") || !d["tokens"].IsArray()) throw ApiError(400, "'tokens' must be an array", "tokens");
+        std::vector<int32_t> ids;
+        for (const auto& v : d["tokens"].GetArray()) {
+            if (!v.IsInt64() || v.GetInt64() < 0 || v.GetInt64() >= app.tokenizer->n_vocab())
+                throw ApiError(400, "'tokens' must hold token ids of the vocabulary", "tokens");
+            ids.push_back(static_cast<int32_t>(v.GetInt64()));
+        }
+        const std::string text = sanitize_utf8(app.tokenizer->decode(ids));
+        w.Key("prompt");
+        w.String(text.data(), static_cast<rapidjson::SizeType>(text.size()));
+    } else {
+        bool add_special = true;
+        if (d.HasMember("add_special_tokens")) {
+            if (!d["add_special_tokens"].IsBool()) throw ApiError(400, "'add_special_tokens' must be a boolean", "add_special_tokens");
+            add_special = d["add_special_tokens"].GetBool();
+        }
+        std::string text;
+        if (d.HasMember("prompt") && d["prompt"].IsString()) {
+            text.assign(d["prompt"].GetString(), d["prompt"].GetStringLength());
+        } else if (d.HasMember("messages") && d["messages"].IsArray()) {
+            text = app.chat->render(d["messages"], nullptr, true, nullptr);
+            add_special = add_special && !app.chat->has_template();
+        } else {
+            throw ApiError(400, "give 'prompt' (a string) or 'messages'", "prompt");
+        }
+        const auto ids = app.tokenizer->encode(text, add_special, true);
+        w.Key("count");
+        w.Int64(static_cast<int64_t>(ids.size()));
+        w.Key("max_model_len");
+        w.Int64(app.engine->ready() ? app.engine->hello().n_ctx : 0);
+        w.Key("tokens");
+        w.StartArray();
+        for (int32_t id : ids) w.Int(id);
+        w.EndArray();
+    }
     w.EndObject();
     return buf.GetString();
 }
@@ -104,8 +158,18 @@ asio::awaitable<void> session(tcp::socket socket, App& app) {
         } else if ((path == "/v1/completions" || path == "/v1/chat/completions") && is_post) {
             const Endpoint ep = path == "/v1/completions" ? Endpoint::Completions : Endpoint::ChatCompletions;
             keep_going = co_await handle_generation(app, stream, req, ep) && keep;
+        } else if ((path == "/tokenize" || path == "/detokenize") && is_post) {
+            std::optional<ApiError> err;
+            std::string out;
+            try {
+                out = tokenize_body(app, req.body(), path == "/detokenize");
+            } catch (const ApiError& e) {
+                err = e;
+            }
+            if (err) co_await write_error(stream, *err, keep, req.version());
+            else co_await write_json(stream, http::status::ok, std::move(out), keep, req.version());
         } else if (path == "/health" || path == "/v1/models" || path == "/v1/completions" ||
-                   path == "/v1/chat/completions") {
+                   path == "/v1/chat/completions" || path == "/tokenize" || path == "/detokenize") {
             co_await write_error(stream, ApiError(405, "method " + std::string(req.method_string()) + " is not allowed on " + path,
                                                   "", "method_not_allowed"),
                                  keep, req.version());
