@@ -231,7 +231,8 @@ private:
             w_.lines({proto::Token{r.gen.id, s.token}, proto::Logprobs{r.gen.id, s.logprob, s.top}});
         else
             w_.line(proto::Token{r.gen.id, s.token});
-        if (r.generated >= r.max_tokens || r.seq->n_past() >= r.capacity) {
+        // prompt + completion never exceeds the capacity (<= n_ctx), as the API counts context.
+        if (r.generated >= r.max_tokens || static_cast<int64_t>(r.gen.prompt.size()) + r.generated >= r.capacity) {
             finish(r, "length");
             return false;
         }
