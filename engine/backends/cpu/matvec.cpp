@@ -1,0 +1,500 @@
+// Row dot-product kernels on quantized GGUF blocks for the CPU backend; see matvec.hpp.
+//
+// dot_row: one fused kernel per type. For each 32 elements it widens the packed bytes
+// into small int32 arrays, then one 8-iteration loop turns them into floats and
+// multiply-adds them into four 8-lane accumulators. GCC (12, -O3, no -ffast-math)
+// vectorizes exactly this shape well: separate 1-D widened arrays, one k-loop,
+// accumulators that stay in registers (2-D widened arrays, structs or a decode buffer
+// each cost a factor 2-4, measured with tools/bench_matvec.cpp).
+// dot_row_multi: decodes 256 elements at a time with model/quant_blocks.hpp's
+// decoders (which compute each weight with the same expression as the fused kernel)
+// and multiply-adds the buffer into each vector's accumulators in the same lane order.
+//
+// Lane order (both paths): element e of a row goes to accumulator a[(e / 8) % 4][e % 8],
+// in increasing e; reduce() then sums the 32 lanes by a fixed tree.
+#include "engine/backends/cpu/matvec.hpp"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "model/ggml_types.hpp"
+#include "model/quant.hpp"
+#include "model/quant_blocks.hpp"
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(LOOM_NO_CLONES)
+#define LOOM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define LOOM_CLONES
+#endif
+
+namespace loom::cpu {
+namespace {
+
+namespace qb = model::blocks;
+using model::GgmlType;
+using Acc = float[4][8];
+
+constexpr int kChunk = 256;
+
+// IQ4_NL level kIq4nlValues[i] for a nibble i, computed instead of looked up: GCC does
+// not vectorize a 16-entry table lookup (it loads element by element, 4x slower). A
+// degree-4 polynomial fitted to the 16 levels is within 0.44 of each (checked for all
+// 16 in tests/unit/quants.cpp), so rounding it (adding and subtracting 1.5 * 2^23,
+// exact for |p| < 2^22) gives the level exactly in every rounding of the Horner steps.
+LOOM_QB_INLINE float iq4_level(int32_t i) {
+    const float t = static_cast<float>(i);
+    float p = 0.00151926093f;
+    p = p * t + 0.0335359834f;
+    p = p * t - 1.40159237f;
+    p = p * t + 24.2999096f;
+    p = p * t - 126.661545f;
+    return (p + 12582912.0f) - 12582912.0f;
+}
+
+LOOM_QB_INLINE float reduce(const Acc& a) {
+    float s[8];
+    for (int k = 0; k < 8; ++k) s[k] = (a[0][k] + a[1][k]) + (a[2][k] + a[3][k]);
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+// a[g][k] += V<g> * xx[8g + k] for the four groups of 32 consecutive elements, in
+// one loop over k (the shape GCC keeps in vector registers). V0..V3 may use k.
+#define LOOM_ACC4(V0, V1, V2, V3)               \
+    _Pragma("GCC unroll 1")                     \
+    for (int k = 0; k < 8; ++k) {               \
+        a[0][k] += (V0) * xx[k];                \
+        a[1][k] += (V1) * xx[8 + k];            \
+        a[2][k] += (V2) * xx[16 + k];           \
+        a[3][k] += (V3) * xx[24 + k];           \
+    }
+
+// Widens bytes p[0..8) and p[8..16) into int32 lanes w0, w1.
+#define LOOM_WIDEN2(w0, w1, p)                  \
+    int32_t w0[8], w1[8];                       \
+    for (int k = 0; k < 8; ++k) {               \
+        w0[k] = (p)[k];                         \
+        w1[k] = (p)[8 + k];                     \
+    }
+
+// Widens bytes p[0..32) into int32 lanes w0..w3 (8 each).
+#define LOOM_WIDEN4(w0, w1, w2, w3, p)          \
+    int32_t w0[8], w1[8], w2[8], w3[8];         \
+    for (int k = 0; k < 8; ++k) {               \
+        w0[k] = (p)[k];                         \
+        w1[k] = (p)[8 + k];                     \
+        w2[k] = (p)[16 + k];                    \
+        w3[k] = (p)[24 + k];                    \
+    }
+
+// ---- plain types --------------------------------------------------------------
+
+LOOM_QB_INLINE float fused_f32(const uint8_t* row, const float* x, int64_t n) {
+    const auto* w = reinterpret_cast<const float*>(row);
+    Acc a = {};
+    int64_t e = 0;
+    for (; e + 32 <= n; e += 32) {
+        const float* ww = w + e;
+        const float* xx = x + e;
+        LOOM_ACC4(ww[k], ww[8 + k], ww[16 + k], ww[24 + k])
+    }
+    for (; e < n; ++e) a[(e >> 3) & 3][e & 7] += w[e] * x[e];
+    return reduce(a);
+}
+
+LOOM_QB_INLINE float f16_at(const uint8_t* p, int64_t i) { return qb::load_f16(p + 2 * i); }
+LOOM_QB_INLINE float f16_bits(int32_t h) { return model::fp16_bits_to_fp32(static_cast<uint32_t>(h)); }
+LOOM_QB_INLINE float bf16_bits(int32_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+LOOM_QB_INLINE float fused_f16(const uint8_t* row, const float* x, int64_t n) {
+    Acc a = {};
+    int64_t e = 0;
+    for (; e + 32 <= n; e += 32) {
+        const uint8_t* p = row + 2 * e;
+        const float* xx = x + e;
+        const auto* h = reinterpret_cast<const uint16_t*>(p);
+        LOOM_WIDEN4(w0, w1, w2, w3, h)
+        LOOM_ACC4(f16_bits(w0[k]), f16_bits(w1[k]), f16_bits(w2[k]), f16_bits(w3[k]))
+    }
+    for (; e < n; ++e) a[(e >> 3) & 3][e & 7] += f16_at(row, e) * x[e];
+    return reduce(a);
+}
+
+LOOM_QB_INLINE float fused_bf16(const uint8_t* row, const float* x, int64_t n) {
+    Acc a = {};
+    int64_t e = 0;
+    for (; e + 32 <= n; e += 32) {
+        const uint8_t* p = row + 2 * e;
+        const float* xx = x + e;
+        const auto* h = reinterpret_cast<const uint16_t*>(p);
+        LOOM_WIDEN4(w0, w1, w2, w3, h)
+        LOOM_ACC4(bf16_bits(w0[k]), bf16_bits(w1[k]), bf16_bits(w2[k]), bf16_bits(w3[k]))
+    }
+    for (; e < n; ++e) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * e, 2);
+        a[(e >> 3) & 3][e & 7] += bf16_bits(h) * x[e];
+    }
+    return reduce(a);
+}
+
+// ---- 32-element blocks --------------------------------------------------------
+
+LOOM_QB_INLINE float fused_q8_0(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    for (int64_t e = 0; e < n; e += 32, r += 34) {
+        const float d = qb::load_f16(r);
+        const auto* q = reinterpret_cast<const int8_t*>(r + 2);
+        const float* xx = x + e;
+        LOOM_WIDEN4(w0, w1, w2, w3, q)
+        LOOM_ACC4(d * static_cast<float>(w0[k]), d * static_cast<float>(w1[k]), d * static_cast<float>(w2[k]),
+                  d * static_cast<float>(w3[k]))
+    }
+    return reduce(a);
+}
+
+LOOM_QB_INLINE float fused_q4_0(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    for (int64_t e = 0; e < n; e += 32, r += 18) {
+        const float d = qb::load_f16(r);
+        const float* xx = x + e;
+        LOOM_WIDEN2(w0, w1, r + 2)
+        LOOM_ACC4(d * static_cast<float>((w0[k] & 15) - 8), d * static_cast<float>((w1[k] & 15) - 8),
+                  d * static_cast<float>((w0[k] >> 4) - 8), d * static_cast<float>((w1[k] >> 4) - 8))
+    }
+    return reduce(a);
+}
+
+LOOM_QB_INLINE float fused_q4_1(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    for (int64_t e = 0; e < n; e += 32, r += 20) {
+        const float d = qb::load_f16(r), m = qb::load_f16(r + 2);
+        const float* xx = x + e;
+        LOOM_WIDEN2(w0, w1, r + 4)
+        LOOM_ACC4(d * static_cast<float>(w0[k] & 15) + m, d * static_cast<float>(w1[k] & 15) + m,
+                  d * static_cast<float>(w0[k] >> 4) + m, d * static_cast<float>(w1[k] >> 4) + m)
+    }
+    return reduce(a);
+}
+
+// Bit 4 of element j of a Q5 block: bit j of qh.
+LOOM_QB_INLINE int32_t q5_high(uint32_t qh, int j) { return static_cast<int32_t>((qh >> j) & 1) << 4; }
+
+LOOM_QB_INLINE float fused_q5_0(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    for (int64_t e = 0; e < n; e += 32, r += 22) {
+        const float d = qb::load_f16(r);
+        uint32_t qh;
+        std::memcpy(&qh, r + 2, 4);
+        const float* xx = x + e;
+        LOOM_WIDEN2(w0, w1, r + 6)
+        LOOM_ACC4(d * static_cast<float>(((w0[k] & 15) | q5_high(qh, k)) - 16),
+                  d * static_cast<float>(((w1[k] & 15) | q5_high(qh, 8 + k)) - 16),
+                  d * static_cast<float>(((w0[k] >> 4) | q5_high(qh, 16 + k)) - 16),
+                  d * static_cast<float>(((w1[k] >> 4) | q5_high(qh, 24 + k)) - 16))
+    }
+    return reduce(a);
+}
+
+LOOM_QB_INLINE float fused_q5_1(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    for (int64_t e = 0; e < n; e += 32, r += 24) {
+        const float d = qb::load_f16(r), m = qb::load_f16(r + 2);
+        uint32_t qh;
+        std::memcpy(&qh, r + 4, 4);
+        const float* xx = x + e;
+        LOOM_WIDEN2(w0, w1, r + 8)
+        LOOM_ACC4(d * static_cast<float>((w0[k] & 15) | q5_high(qh, k)) + m,
+                  d * static_cast<float>((w1[k] & 15) | q5_high(qh, 8 + k)) + m,
+                  d * static_cast<float>((w0[k] >> 4) | q5_high(qh, 16 + k)) + m,
+                  d * static_cast<float>((w1[k] >> 4) | q5_high(qh, 24 + k)) + m)
+    }
+    return reduce(a);
+}
+
+LOOM_QB_INLINE float fused_iq4_nl(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    for (int64_t e = 0; e < n; e += 32, r += 18) {
+        const float d = qb::load_f16(r);
+        const float* xx = x + e;
+        LOOM_WIDEN2(w0, w1, r + 2)
+        LOOM_ACC4(d * iq4_level(w0[k] & 15), d * iq4_level(w1[k] & 15),
+                  d * iq4_level(w0[k] >> 4), d * iq4_level(w1[k] >> 4))
+    }
+    return reduce(a);
+}
+
+// ---- 256-element super-blocks, one 32-element part p at a time ----------------
+
+LOOM_QB_INLINE float fused_q2_k(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    for (int64_t e = 0; e < n; e += 256, r += 84) {
+        const float d = qb::load_f16(r + 80), dmin = qb::load_f16(r + 82);
+        for (int p = 0; p < 8; ++p) {
+            const int half = p >> 2, j = p & 3, sh = 2 * j;
+            const uint8_t s0 = r[8 * half + 2 * j], s1 = r[8 * half + 2 * j + 1];
+            const float d0 = d * static_cast<float>(s0 & 0xF), m0 = dmin * static_cast<float>(s0 >> 4);
+            const float d1 = d * static_cast<float>(s1 & 0xF), m1 = dmin * static_cast<float>(s1 >> 4);
+            const float* xx = x + e + 32 * p;
+            LOOM_WIDEN4(w0, w1, w2, w3, r + 16 + 32 * half)
+            LOOM_ACC4(d0 * static_cast<float>((w0[k] >> sh) & 3) - m0, d0 * static_cast<float>((w1[k] >> sh) & 3) - m0,
+                      d1 * static_cast<float>((w2[k] >> sh) & 3) - m1, d1 * static_cast<float>((w3[k] >> sh) & 3) - m1)
+        }
+    }
+    return reduce(a);
+}
+
+LOOM_QB_INLINE float fused_q3_k(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    for (int64_t e = 0; e < n; e += 256, r += 110) {
+        const float d = qb::load_f16(r + 108);
+        for (int p = 0; p < 8; ++p) {
+            const int half = p >> 2, j = p & 3, sh = 2 * j, bit = 4 * half + j;
+            const float d0 = d * static_cast<float>(qb::q3k_scale(r + 96, 8 * half + 2 * j));
+            const float d1 = d * static_cast<float>(qb::q3k_scale(r + 96, 8 * half + 2 * j + 1));
+            const float* xx = x + e + 32 * p;
+            LOOM_WIDEN4(w0, w1, w2, w3, r + 32 + 32 * half)
+            LOOM_WIDEN4(h0, h1, h2, h3, r)
+#define LOOM_Q3(W, H) static_cast<float>(((W[k] >> sh) & 3) - 4 + (((H[k] >> bit) & 1) << 2))
+            LOOM_ACC4(d0 * LOOM_Q3(w0, h0), d0 * LOOM_Q3(w1, h1), d1 * LOOM_Q3(w2, h2), d1 * LOOM_Q3(w3, h3))
+#undef LOOM_Q3
+        }
+    }
+    return reduce(a);
+}
+
+LOOM_QB_INLINE float fused_q4_k(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    for (int64_t e = 0; e < n; e += 256, r += 144) {
+        const float d = qb::load_f16(r), dmin = qb::load_f16(r + 2);
+        for (int p = 0; p < 8; ++p) {
+            int sc, mn;
+            qb::k4_scale_min(r + 4, p, sc, mn);
+            const float dp = d * static_cast<float>(sc), mp = dmin * static_cast<float>(mn);
+            const int sh = 4 * (p & 1);
+            const float* xx = x + e + 32 * p;
+            LOOM_WIDEN4(w0, w1, w2, w3, r + 16 + 32 * (p >> 1))
+            LOOM_ACC4(dp * static_cast<float>((w0[k] >> sh) & 15) - mp, dp * static_cast<float>((w1[k] >> sh) & 15) - mp,
+                      dp * static_cast<float>((w2[k] >> sh) & 15) - mp, dp * static_cast<float>((w3[k] >> sh) & 15) - mp)
+        }
+    }
+    return reduce(a);
+}
+
+LOOM_QB_INLINE float fused_q5_k(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    for (int64_t e = 0; e < n; e += 256, r += 176) {
+        const float d = qb::load_f16(r), dmin = qb::load_f16(r + 2);
+        for (int p = 0; p < 8; ++p) {
+            int sc, mn;
+            qb::k4_scale_min(r + 4, p, sc, mn);
+            const float dp = d * static_cast<float>(sc), mp = dmin * static_cast<float>(mn);
+            const int sh = 4 * (p & 1);
+            const float* xx = x + e + 32 * p;
+            LOOM_WIDEN4(w0, w1, w2, w3, r + 48 + 32 * (p >> 1))
+            LOOM_WIDEN4(h0, h1, h2, h3, r + 16)
+#define LOOM_Q5(W, H) static_cast<float>(((W[k] >> sh) & 15) | (((H[k] >> p) & 1) << 4))
+            LOOM_ACC4(dp * LOOM_Q5(w0, h0) - mp, dp * LOOM_Q5(w1, h1) - mp, dp * LOOM_Q5(w2, h2) - mp,
+                      dp * LOOM_Q5(w3, h3) - mp)
+#undef LOOM_Q5
+        }
+    }
+    return reduce(a);
+}
+
+LOOM_QB_INLINE float fused_q6_k(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    for (int64_t e = 0; e < n; e += 256, r += 210) {
+        const float d = qb::load_f16(r + 208);
+        const auto* sc = reinterpret_cast<const int8_t*>(r + 192);
+        for (int p = 0; p < 8; ++p) {
+            const int half = p >> 2, kk = p & 3, sh = 4 * (kk >> 1), hs = 2 * kk;
+            const float d0 = d * static_cast<float>(sc[8 * half + 2 * kk]);
+            const float d1 = d * static_cast<float>(sc[8 * half + 2 * kk + 1]);
+            const float* xx = x + e + 32 * p;
+            LOOM_WIDEN4(w0, w1, w2, w3, r + 64 * half + 32 * (kk & 1))
+            LOOM_WIDEN4(h0, h1, h2, h3, r + 128 + 32 * half)
+#define LOOM_Q6(W, H) static_cast<float>((((W[k] >> sh) & 15) | (((H[k] >> hs) & 3) << 4)) - 32)
+            LOOM_ACC4(d0 * LOOM_Q6(w0, h0), d0 * LOOM_Q6(w1, h1), d1 * LOOM_Q6(w2, h2), d1 * LOOM_Q6(w3, h3))
+#undef LOOM_Q6
+        }
+    }
+    return reduce(a);
+}
+
+LOOM_QB_INLINE float fused_iq4_xs(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    for (int64_t e = 0; e < n; e += 256, r += 136) {
+        const float d = qb::load_f16(r);
+        uint16_t sh;
+        std::memcpy(&sh, r + 2, 2);
+        for (int p = 0; p < 8; ++p) {
+            const int ls = ((r[4 + p / 2] >> (4 * (p % 2))) & 0xF) | (((sh >> (2 * p)) & 3) << 4);
+            const float dl = d * static_cast<float>(ls - 32);
+            const float* xx = x + e + 32 * p;
+            LOOM_WIDEN2(w0, w1, r + 8 + 16 * p)
+            LOOM_ACC4(dl * iq4_level(w0[k] & 15), dl * iq4_level(w1[k] & 15),
+                      dl * iq4_level(w0[k] >> 4), dl * iq4_level(w1[k] >> 4))
+        }
+    }
+    return reduce(a);
+}
+
+// ---- dot_row_multi: decode 256 elements once, then every vector -----------------
+
+struct F32 {
+    static constexpr int kSize = 1, kBytes = 4;
+};
+struct F16 {
+    static constexpr int kSize = 1, kBytes = 2;
+};
+struct BF16 {
+    static constexpr int kSize = 1, kBytes = 2;
+};
+
+// Elements [c, c + len) of a row of B as floats (c, len multiples of B::kSize).
+template <class B>
+LOOM_QB_INLINE const float* decode_chunk(const uint8_t* row, int64_t c, int len, float* t) {
+    if constexpr (std::is_same_v<B, F32>) {
+        (void)len, (void)t;
+        return reinterpret_cast<const float*>(row) + c;
+    } else if constexpr (std::is_same_v<B, F16>) {
+        for (int i = 0; i < len; ++i) t[i] = f16_at(row, c + i);
+        return t;
+    } else if constexpr (std::is_same_v<B, BF16>) {
+        for (int i = 0; i < len; ++i) {
+            uint16_t h;
+            std::memcpy(&h, row + 2 * (c + i), 2);
+            t[i] = bf16_bits(h);
+        }
+        return t;
+    } else {
+        const uint8_t* p = row + c / B::kSize * B::kBytes;
+        for (int o = 0; o < len; o += B::kSize, p += B::kBytes) B::decode(p, t + o);
+        return t;
+    }
+}
+
+template <class B>
+LOOM_QB_INLINE void multi_impl(const uint8_t* row, int64_t n, const float* xs, int64_t x_stride, int64_t n_vec,
+                               float* out, int64_t out_stride) {
+    thread_local std::vector<float> acc_buf;
+    acc_buf.assign(static_cast<size_t>(n_vec) * 32, 0.0f);
+    alignas(64) float t[kChunk];
+    for (int64_t c = 0; c < n; c += kChunk) {
+        const int len = static_cast<int>(n - c < kChunk ? n - c : kChunk);
+        const float* w = decode_chunk<B>(row, c, len, t);
+        for (int64_t v = 0; v < n_vec; ++v) {
+            Acc a;
+            std::memcpy(a, acc_buf.data() + 32 * v, sizeof a);
+            const float* xv = xs + v * x_stride + c;
+            int i = 0;
+            for (; i + 32 <= len; i += 32) {
+                const float* ww = w + i;
+                const float* xx = xv + i;
+                LOOM_ACC4(ww[k], ww[8 + k], ww[16 + k], ww[24 + k])
+            }
+            for (; i < len; ++i) a[(i >> 3) & 3][i & 7] += w[i] * xv[i];  // c % 32 == 0: same lanes
+            std::memcpy(acc_buf.data() + 32 * v, a, sizeof a);
+        }
+    }
+    for (int64_t v = 0; v < n_vec; ++v) {
+        Acc a;
+        std::memcpy(a, acc_buf.data() + 32 * v, sizeof a);
+        out[v * out_stride] = reduce(a);
+    }
+}
+
+using DotFn = float (*)(const uint8_t*, const float*, int64_t);
+using MultiFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
+
+#define LOOM_KERNELS(NAME, B)                                                                          \
+    LOOM_CLONES float dot_##NAME(const uint8_t* row, const float* x, int64_t n) {                      \
+        return fused_##NAME(row, x, n);                                                                \
+    }                                                                                                  \
+    LOOM_CLONES void multi_##NAME(const uint8_t* row, int64_t n, const float* xs, int64_t x_stride,    \
+                                  int64_t n_vec, float* out, int64_t out_stride) {                     \
+        multi_impl<B>(row, n, xs, x_stride, n_vec, out, out_stride);                                   \
+    }
+
+LOOM_KERNELS(f32, F32)
+LOOM_KERNELS(f16, F16)
+LOOM_KERNELS(bf16, BF16)
+LOOM_KERNELS(q8_0, qb::Q8_0)
+LOOM_KERNELS(q4_0, qb::Q4_0)
+LOOM_KERNELS(q4_1, qb::Q4_1)
+LOOM_KERNELS(q5_0, qb::Q5_0)
+LOOM_KERNELS(q5_1, qb::Q5_1)
+LOOM_KERNELS(q2_k, qb::Q2_K)
+LOOM_KERNELS(q3_k, qb::Q3_K)
+LOOM_KERNELS(q4_k, qb::Q4_K)
+LOOM_KERNELS(q5_k, qb::Q5_K)
+LOOM_KERNELS(q6_k, qb::Q6_K)
+LOOM_KERNELS(iq4_nl, qb::IQ4_NL)
+LOOM_KERNELS(iq4_xs, qb::IQ4_XS)
+#undef LOOM_KERNELS
+
+struct Kernels {
+    DotFn dot = nullptr;
+    MultiFn multi = nullptr;
+    int64_t block = 1;  // elements per block
+};
+
+Kernels kernels(uint32_t type) {
+    switch (static_cast<GgmlType>(type)) {
+#define LOOM_CASE(T, NAME, B) \
+    case GgmlType::T: return {dot_##NAME, multi_##NAME, B::kSize};
+        LOOM_CASE(F32, f32, F32)
+        LOOM_CASE(F16, f16, F16)
+        LOOM_CASE(BF16, bf16, BF16)
+        LOOM_CASE(Q8_0, q8_0, qb::Q8_0)
+        LOOM_CASE(Q4_0, q4_0, qb::Q4_0)
+        LOOM_CASE(Q4_1, q4_1, qb::Q4_1)
+        LOOM_CASE(Q5_0, q5_0, qb::Q5_0)
+        LOOM_CASE(Q5_1, q5_1, qb::Q5_1)
+        LOOM_CASE(Q2_K, q2_k, qb::Q2_K)
+        LOOM_CASE(Q3_K, q3_k, qb::Q3_K)
+        LOOM_CASE(Q4_K, q4_k, qb::Q4_K)
+        LOOM_CASE(Q5_K, q5_k, qb::Q5_K)
+        LOOM_CASE(Q6_K, q6_k, qb::Q6_K)
+        LOOM_CASE(IQ4_NL, iq4_nl, qb::IQ4_NL)
+        LOOM_CASE(IQ4_XS, iq4_xs, qb::IQ4_XS)
+#undef LOOM_CASE
+        default: return {};
+    }
+}
+
+// The kernels for `type`, after checking that n is a whole number of its blocks.
+Kernels checked(uint32_t type, int64_t n) {
+    const Kernels k = kernels(type);
+    if (!k.dot) throw std::invalid_argument("no dot kernel for weight type " + model::type_name(type));
+    if (n < 0 || n % k.block != 0)
+        throw std::invalid_argument("row of " + std::to_string(n) + " elements is not a whole number of " +
+                                    model::type_name(type) + " blocks");
+    return k;
+}
+
+}  // namespace
+
+bool can_dot(uint32_t type) { return kernels(type).dot != nullptr; }
+
+float dot_row(uint32_t type, const uint8_t* row, const float* x, int64_t n) {
+    return checked(type, n).dot(row, x, n);
+}
+
+void dot_row_multi(uint32_t type, const uint8_t* row, int64_t n, const float* xs, int64_t x_stride,
+                   int64_t n_vec, float* out, int64_t out_stride) {
+    const Kernels k = checked(type, n);
+    if (n_vec == 1) *out = k.dot(row, xs, n);  // the fused kernel: faster, and bit-identical
+    else k.multi(row, n, xs, x_stride, n_vec, out, out_stride);
+}
+
+}  // namespace loom::cpu
