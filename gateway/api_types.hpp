@@ -26,6 +26,7 @@ struct ApiError : std::runtime_error {
     std::string message, type, param, code;
 };
 
+/// Which OpenAI endpoint a request came to: POST /v1/completions or /v1/chat/completions.
 enum class Endpoint { Completions, ChatCompletions };
 
 /// A validated generation request. Each prompt yields `n` choices; choice index =

@@ -11,6 +11,7 @@
 
 namespace loom::gateway {
 
+/// Renders OpenAI chat messages into the prompt text the model expects.
 class ChatRenderer {
 public:
     /// `vocab` supplies the template and the bos/eos token texts.

@@ -37,11 +37,12 @@ using EngineEvent = std::variant<TokenEvent, protocol::PromptLogprobs, protocol:
 class EventQueue {
 public:
     explicit EventQueue(asio::any_io_executor ex) : signal_(ex) { signal_.expires_at(asio::steady_timer::time_point::max()); }
+    /// Appends `e` for `choice` (-1: not a choice's, e.g. Disconnected) and wakes next().
     void push(int choice, EngineEvent e) {
         q_.emplace_back(choice, std::move(e));
         signal_.cancel();
     }
-    /// Waits for the next event.
+    /// Waits for the next event and returns it with its choice index.
     asio::awaitable<std::pair<int, EngineEvent>> next() {
         while (q_.empty()) {
             boost::system::error_code ec;
@@ -58,14 +59,21 @@ private:
     asio::steady_timer signal_;
 };
 
+/// How to start the engine process: executable, arguments, and an optional protocol log.
 struct EngineCommand {
     std::string exe;                 ///< engine executable
     std::vector<std::string> args;   ///< e.g. {"--model", path}
     std::string log_path;            ///< "": no log; else every protocol line, "> " sent, "< " received
 };
 
+/// The engine child process and its protocol (docs/protocol.md): spawns it, waits for
+/// HELLO, routes T/LP/PLP/DONE/ERR lines to the request that owns their id, fails every
+/// request in flight with an Error event when the engine dies, and starts it again
+/// (backing off from 200 ms to 30 s while it keeps failing before HELLO).
 class EngineClient {
 public:
+    /// `io`: the gateway's io_context (everything runs on its one thread). Throws
+    /// std::runtime_error when the protocol log cannot be opened.
     EngineClient(asio::io_context& io, EngineCommand cmd);
     ~EngineClient();
 
@@ -75,13 +83,16 @@ public:
     /// Stops supervising and terminates the engine.
     void stop();
 
+    /// True between the engine's HELLO and its exit: requests may be submitted.
     bool ready() const { return ready_; }
+    /// The last HELLO (model facts: n_vocab, n_ctx, caps, ...).
     const protocol::Hello& hello() const { return hello_; }
 
     /// Sends GEN for `gen` (its id is assigned here) and routes its lines to `queue`
     /// under `choice`. Returns the request id. Requires ready().
     std::string submit(protocol::Gen gen, bool expect_lp, std::shared_ptr<EventQueue> queue, int choice);
-    /// Sends CANCEL; the request stays routed until its DONE or ERR.
+    /// Sends CANCEL for a request still in flight (nothing for one that ended); the
+    /// request stays routed until its DONE or ERR.
     void cancel(const std::string& id);
 
 private:

@@ -1,6 +1,9 @@
 // POST /v1/completions and /v1/chat/completions: validate, send one GEN per choice,
 // assemble text and logprobs per choice, and answer as one JSON body or as
 // server-sent events (data: <chunk>, ..., data: [DONE]).
+//
+// Source: the OpenAI API reference (completions and chat completions, streamed and
+// not; `n`, `echo`, `stop`, `stream_options.include_usage`; the error object).
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -13,25 +16,29 @@
 namespace loom::gateway {
 namespace {
 
+// Most choices (prompts x n) one request may ask for: each is one engine request.
+constexpr size_t kMaxChoices = 256;
+
 struct Choice {
-    Choice(const model::Tokenizer& tok, std::vector<std::string> stops) : text_asm(tok, std::move(stops)) {}
+    Choice(const model::Tokenizer& tok, std::vector<std::string> stops, bool specials_as_text)
+        : text_asm(tok, std::move(stops), specials_as_text) {}
     int index = 0;
+    size_t prompt_index = 0;
     std::string engine_id;
     TextAssembler text_asm;
     std::string text;                       // non-streamed: all released text
     std::vector<LogprobEntry> entries;      // non-streamed: all released entries
-    std::string echo_text;                  // completions echo: the prompt's text
-    std::vector<LogprobEntry> echo_entries; // ... and its logprob entries (PLP lines)
+    bool echo = false;                      // completions echo: the prompt goes first
+    size_t echo_next = 0;                   // next prompt token to echo
     std::optional<std::string> finish;
-    int64_t tokens = 0;                     // tokens pushed (up to the stop string)
     int64_t engine_tokens = 0;              // completion_tokens from DONE
     int64_t char_offset = 0;                // characters already sent (text_offset)
     bool done = false;
-    bool stop_hit = false;
-    bool echo_sent = false;
 };
 
-void require_caps(const GenerationRequest& g, const protocol::Hello& h) {
+// Refuses (400) what the engine cannot serve: a capability it did not announce, more
+// top logprobs than it returns, token ids past its logits, too many choices.
+void check_against_engine(const GenerationRequest& g, const protocol::Hello& h) {
     auto need = [&](bool used, const char* cap, const char* what, const char* param) {
         if (used && !h.has_cap(cap))
             throw ApiError(400, std::string("the engine (") + h.engine + ") does not support " + what, param,
@@ -45,9 +52,20 @@ void require_caps(const GenerationRequest& g, const protocol::Hello& h) {
     need(s.presence_penalty != 0 || s.frequency_penalty != 0 || s.repetition_penalty != 1, "penalties", "penalties",
          "presence_penalty");
     need(s.processed_logprobs, "processed_logprobs", "logprobs_mode=processed", "logprobs_mode");
+    need(s.seed.has_value(), "seed", "seed", "seed");
     if (g.logprobs && g.top_logprobs > h.max_logprobs)
         throw ApiError(400, "the engine returns at most " + std::to_string(h.max_logprobs) + " top logprobs",
                        "top_logprobs");
+    for (const auto& p : g.prompts)
+        for (int32_t id : p)
+            if (id >= h.n_vocab)
+                throw ApiError(400, "token id " + std::to_string(id) + " is outside the engine's vocabulary",
+                               "prompt");
+    const size_t choices = g.prompts.size() * static_cast<size_t>(g.n);
+    if (choices > kMaxChoices)
+        throw ApiError(400, "at most " + std::to_string(kMaxChoices) + " choices (prompts x n) per request, got " +
+                                std::to_string(choices),
+                       "n");
 }
 
 // Completes when the client closes its end (or sends more bytes, which ends the
@@ -62,15 +80,16 @@ asio::awaitable<void> watch_disconnect(tcp::socket& s, std::shared_ptr<EventQueu
 }
 
 std::string response_id(App& app, Endpoint ep) {
-    char buf[32];
+    char buf[40];
     std::snprintf(buf, sizeof buf, "%08llx%08llx", static_cast<unsigned long long>(app.created & 0xffffffff),
                   static_cast<unsigned long long>(app.next_response++));
     return std::string(ep == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") + buf;
 }
 
+// Server-sent events over a chunked HTTP/1.1 response.
 class SseWriter {
 public:
-    SseWriter(beast::tcp_stream& s) : s_(s) {}
+    explicit SseWriter(beast::tcp_stream& s) : s_(s) {}
     asio::awaitable<bool> header(unsigned version) {
         http::response<http::empty_body> res{http::status::ok, version};
         res.set(http::field::server, "loom");
@@ -101,7 +120,8 @@ private:
 }  // namespace
 
 asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
-                                        const http::request<http::string_body>& req, Endpoint endpoint) {
+                                        const http::request<http::string_body>& req, Endpoint endpoint,
+                                        bool& started) {
     const unsigned version = req.version();
     const bool keep = req.keep_alive();
     if (!app.engine->ready()) {
@@ -115,7 +135,7 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
     std::optional<ApiError> invalid;
     try {
         g = parse_generation_request(req.body(), endpoint, app.model_context());
-        require_caps(g, app.engine->hello());
+        check_against_engine(g, app.engine->hello());
     } catch (const ApiError& e) {
         invalid = e;
     }
@@ -124,6 +144,7 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
         co_return true;
     }
 
+    const bool chat = endpoint == Endpoint::ChatCompletions;
     const model::Tokenizer& tok = *app.tokenizer;
     const int64_t n_ctx = app.engine->hello().n_ctx;
     auto queue = std::make_shared<EventQueue>(stream.get_executor());
@@ -131,17 +152,20 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
     Usage usage;
     for (size_t p = 0; p < g.prompts.size(); ++p) {
         const auto& prompt = g.prompts[p];
-        usage.prompt_tokens += static_cast<int64_t>(prompt.size());
+        usage.prompt_tokens += static_cast<int64_t>(prompt.size());  // once per prompt, whatever n
         for (int i = 0; i < g.n; ++i) {
-            auto c = std::make_unique<Choice>(tok, g.stop);
+            // Completions spell special tokens with their text; chat gives them no bytes.
+            auto c = std::make_unique<Choice>(tok, g.stop, !chat);
             c->index = static_cast<int>(choices.size());
+            c->prompt_index = p;
+            c->echo = g.echo;
             protocol::Gen gen = g.sampling;
             gen.prompt = prompt;
             gen.max_tokens = g.max_tokens.value_or(n_ctx - static_cast<int64_t>(prompt.size()));
             if (g.logprobs) gen.logprobs = g.top_logprobs;
             if (g.echo && g.logprobs) gen.prompt_logprobs = g.top_logprobs;
+            // Each choice its own stream of draws: seed, seed+1, ... (reproducible per choice).
             if (gen.seed && i > 0) gen.seed = *gen.seed + static_cast<uint64_t>(i);
-            if (g.echo) c->echo_text = tok.decode(prompt);
             c->engine_id = app.engine->submit(std::move(gen), g.logprobs, queue, c->index);
             choices.push_back(std::move(c));
         }
@@ -163,31 +187,24 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
 
     SseWriter sse(stream);
     if (g.stream) {
-        if (!co_await sse.header(version)) {
-            cancel_all();
-            stop_watch();
-            co_return false;
-        }
-        if (endpoint == Endpoint::ChatCompletions)
+        started = true;
+        bool ok = co_await sse.header(version);
+        if (ok && chat)
             for (auto& c : choices) {
                 ChoiceOut out;
                 out.index = c->index;
                 out.first_chunk = true;
-                if (!co_await sse.event(stream_chunk(g, meta, tok, &out, nullptr))) {
-                    cancel_all();
-                    stop_watch();
-                    co_return false;
-                }
+                if (!(ok = co_await sse.event(stream_chunk(g, meta, tok, &out, nullptr)))) break;
             }
+        if (!ok) {
+            cancel_all();
+            stop_watch();
+            co_return false;
+        }
     }
 
     // Sends (stream) or keeps (non-stream) what a choice released.
     auto deliver = [&](Choice& c, Released rel, std::optional<std::string> finish) -> asio::awaitable<bool> {
-        if (!c.echo_sent && (!c.echo_text.empty() || !c.echo_entries.empty())) {
-            rel.text = c.echo_text + rel.text;
-            rel.entries.insert(rel.entries.begin(), c.echo_entries.begin(), c.echo_entries.end());
-        }
-        c.echo_sent = true;
         if (!g.stream) {
             c.text += rel.text;
             for (auto& e : rel.entries) c.entries.push_back(std::move(e));
@@ -203,6 +220,20 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
         c.char_offset += utf8_chars(out.text);
         co_return co_await sse.event(stream_chunk(g, meta, tok, &out, nullptr));
     };
+    // The prompt tokens whose PLP line did not come (all of them without logprobs)
+    // are echoed, without logprobs, before the first generated token.
+    auto echo_rest = [&](Choice& c) {
+        Released all;
+        if (!c.echo) return all;
+        const auto& prompt = g.prompts[c.prompt_index];
+        for (; c.echo_next < prompt.size(); ++c.echo_next) {
+            Released r = c.text_asm.push_prompt(prompt[c.echo_next], nullptr);
+            all.text += r.text;
+            for (auto& e : r.entries) all.entries.push_back(std::move(e));
+        }
+        c.echo = false;
+        return all;
+    };
 
     std::optional<ApiError> failure;
     bool client_gone = false;
@@ -217,32 +248,30 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
         if (c.done) continue;
         bool ok = true;
         if (auto* t = std::get_if<TokenEvent>(&ev)) {
-            if (c.stop_hit) continue;
-            ++c.tokens;
-            Released rel = c.text_asm.push(t->token, t->lp ? &*t->lp : nullptr);
-            if (c.text_asm.stopped()) {
-                c.stop_hit = true;
-                app.engine->cancel(c.engine_id);
-            }
+            if (c.text_asm.stopped()) continue;
+            Released rel = echo_rest(c);
+            Released more = c.text_asm.push(t->token, t->lp ? &*t->lp : nullptr);
+            rel.text += more.text;
+            for (auto& e : more.entries) rel.entries.push_back(std::move(e));
+            if (c.text_asm.stopped()) app.engine->cancel(c.engine_id);
             ok = co_await deliver(c, std::move(rel), std::nullopt);
         } else if (auto* plp = std::get_if<protocol::PromptLogprobs>(&ev)) {
-            const auto& prompt = g.prompts[static_cast<size_t>(ci / g.n)];
-            if (plp->index >= 0 && plp->index < static_cast<int64_t>(prompt.size())) {
-                LogprobEntry e;
-                e.token = prompt[static_cast<size_t>(plp->index)];
-                e.bytes = tok.token_bytes(e.token);
-                e.special = tok.vocab().is_special(e.token);
-                e.has_logprob = plp->logprob.has_value();
-                e.logprob = plp->logprob.value_or(0.0f);
-                e.top = plp->top;
-                c.echo_entries.push_back(std::move(e));
+            const auto& prompt = g.prompts[c.prompt_index];
+            if (c.echo && plp->index == static_cast<int64_t>(c.echo_next) && c.echo_next < prompt.size()) {
+                Released rel = c.text_asm.push_prompt(prompt[c.echo_next], plp);
+                ++c.echo_next;
+                ok = co_await deliver(c, std::move(rel), std::nullopt);
             }
         } else if (auto* d = std::get_if<protocol::Done>(&ev)) {
             c.done = true;
             --open;
             c.engine_tokens = d->completion_tokens;
-            c.finish = (c.stop_hit || d->finish != "length") ? "stop" : "length";
-            ok = co_await deliver(c, c.text_asm.finish(), c.finish);
+            c.finish = (c.text_asm.stopped() || d->finish != "length") ? "stop" : "length";
+            Released rel = echo_rest(c);
+            Released more = c.text_asm.finish();
+            rel.text += more.text;
+            for (auto& e : more.entries) rel.entries.push_back(std::move(e));
+            ok = co_await deliver(c, std::move(rel), c.finish);
         } else if (auto* err = std::get_if<protocol::Error>(&ev)) {
             c.done = true;
             --open;
@@ -258,15 +287,14 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
     if (client_gone || failure) cancel_all();
     if (client_gone) co_return false;
 
-    for (const auto& c : choices) usage.completion_tokens += c->stop_hit ? c->tokens : c->engine_tokens;
+    for (const auto& c : choices)
+        usage.completion_tokens += c->text_asm.stopped() ? c->text_asm.generated() : c->engine_tokens;
     if (g.stream) {
-        if (failure) {
-            co_await sse.event(error_body(*failure));
-        } else if (g.include_usage) {
-            co_await sse.event(stream_chunk(g, meta, tok, nullptr, &usage));
-        }
-        const bool ok = co_await sse.event("[DONE]") && co_await sse.end();
-        co_return ok;
+        // An engine failure mid-stream: an error event (the OpenAI error object), then
+        // the usual end of the stream.
+        if (failure) co_await sse.event(error_body(*failure));
+        else if (g.include_usage) co_await sse.event(stream_chunk(g, meta, tok, nullptr, &usage));
+        co_return co_await sse.event("[DONE]") && co_await sse.end() && keep;
     }
     if (failure) {
         co_await write_json(stream, static_cast<http::status>(failure->status), error_body(*failure), keep, version);

@@ -31,8 +31,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> engine_args;
     po::options_description opts(
         "loom-gateway: an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions,\n"
-        "/v1/models, /health) that starts an engine process on a GGUF model and talks to it\n"
-        "over the loom engine protocol.\n\nOptions");
+        "/v1/models, /tokenize, /detokenize, /health) that starts an engine process on a GGUF\n"
+        "model, talks to it over the loom engine protocol, and restarts it if it dies.\n\nOptions");
     opts.add_options()
         ("help,h", "print this help and exit")
         ("model,m", po::value(&model), "GGUF model file (required)")
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
         ("host", po::value(&host)->default_value("127.0.0.1"), "address to listen on")
         ("port", po::value(&port)->default_value(8080), "port to listen on (0: any free port)")
         ("model-id", po::value(&model_id), "model id served on /v1/models (default: the file name without .gguf)")
-        ("api-key", po::value(&api_key), "require 'Authorization: Bearer <key>' (default: $LOOM_API_KEY, or none)")
+        ("api-key", po::value(&api_key), "require 'Authorization: Bearer <key>' on every endpoint but /health (default: $LOOM_API_KEY, or none)")
         ("max-body", po::value(&max_body)->default_value(8u << 20), "largest request body in bytes (larger: 413)")
         ("engine-log", po::value(&engine_log), "write every protocol line to this file ('> ' sent, '< ' received)");
     po::variables_map vm;
@@ -64,6 +64,9 @@ int main(int argc, char** argv) {
     if (api_key.empty())
         if (const char* k = std::getenv("LOOM_API_KEY")) api_key = k;
 
+    // The io_context outlives the App: the engine's pipes must be closed (in
+    // ~EngineClient) while the io_context that owns their reactor still exists.
+    asio::io_context io;
     App app;
     app.opts.host = host;
     app.opts.port = static_cast<unsigned short>(port);
@@ -81,7 +84,6 @@ int main(int argc, char** argv) {
         return 1;
     }
 
-    asio::io_context io;
     EngineCommand cmd{engine.empty() ? default_engine(argv[0]) : engine, {"--model", model}, engine_log};
     if (ctx > 0) {
         cmd.args.push_back("--ctx");

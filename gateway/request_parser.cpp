@@ -110,7 +110,30 @@ std::vector<std::vector<int32_t>> completion_prompts(const Value& body, const Mo
     return out;
 }
 
-void check_messages(const Value& msgs) {
+std::vector<std::string> stops(const Value& body) {
+    const Value* s = field(body, "stop");
+    std::vector<std::string> out;
+    if (!s) return out;
+    if (s->IsString()) {
+        out.emplace_back(s->GetString(), s->GetStringLength());
+    } else if (s->IsArray()) {
+        if (s->Size() > 4) bad("stop", "'stop' takes at most 4 sequences");
+        for (const Value& e : s->GetArray()) {
+            if (!e.IsString()) bad("stop", "'stop' must be a string or an array of strings");
+            out.emplace_back(e.GetString(), e.GetStringLength());
+        }
+    } else {
+        bad("stop", "'stop' must be a string or an array of strings");
+    }
+    for (const auto& x : out)
+        if (x.empty()) bad("stop", "stop sequences must not be empty");
+    return out;
+}
+
+}  // namespace
+
+void validate_messages(const rapidjson::Value& msgs) {
+    using rapidjson::Value;
     if (!msgs.IsArray() || msgs.Empty()) bad("messages", "'messages' must be a non-empty array");
     size_t i = 0;
     for (const Value& m : msgs.GetArray()) {
@@ -135,28 +158,6 @@ void check_messages(const Value& msgs) {
             bad(where + ".content", where + ".content is required");
     }
 }
-
-std::vector<std::string> stops(const Value& body) {
-    const Value* s = field(body, "stop");
-    std::vector<std::string> out;
-    if (!s) return out;
-    if (s->IsString()) {
-        out.emplace_back(s->GetString(), s->GetStringLength());
-    } else if (s->IsArray()) {
-        if (s->Size() > 4) bad("stop", "'stop' takes at most 4 sequences");
-        for (const Value& e : s->GetArray()) {
-            if (!e.IsString()) bad("stop", "'stop' must be a string or an array of strings");
-            out.emplace_back(e.GetString(), e.GetStringLength());
-        }
-    } else {
-        bad("stop", "'stop' must be a string or an array of strings");
-    }
-    for (const auto& x : out)
-        if (x.empty()) bad("stop", "stop sequences must not be empty");
-    return out;
-}
-
-}  // namespace
 
 GenerationRequest parse_generation_request(std::string_view body_text, Endpoint endpoint, const ModelContext& ctx) {
     rapidjson::Document doc;
@@ -187,7 +188,9 @@ GenerationRequest parse_generation_request(std::string_view body_text, Endpoint 
     const int64_t top_k = integer(body, "top_k", -1, std::numeric_limits<int32_t>::max()).value_or(0);
     g.top_k = top_k < 0 ? 0 : static_cast<int32_t>(top_k);
     g.min_p = static_cast<float>(number(body, "min_p", 0.0, 0.0, 1.0));
-    if (auto s = integer(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+    if (const Value* sv = field(body, "seed"); sv && sv->IsUint64())  // 64-bit seeds above INT64_MAX too
+        g.seed = sv->GetUint64();
+    else if (auto s = integer(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
         g.seed = static_cast<uint64_t>(*s);
     g.presence_penalty = static_cast<float>(number(body, "presence_penalty", 0.0, -2.0, 2.0));
     g.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", 0.0, -2.0, 2.0));
@@ -241,6 +244,7 @@ GenerationRequest parse_generation_request(std::string_view body_text, Endpoint 
     }
     r.stop = stops(body);
     r.tokens_as_ids = boolean(body, "return_tokens_as_token_ids", false);
+    g.ignore_eos = boolean(body, "ignore_eos", false);  // vLLM's extension
 
     const int64_t max_ctx = ctx.n_ctx;
     std::optional<int64_t> mt = integer(body, "max_completion_tokens", 0, max_ctx);
@@ -253,7 +257,7 @@ GenerationRequest parse_generation_request(std::string_view body_text, Endpoint 
     if (chat) {
         const Value* msgs = field(body, "messages");
         if (!msgs) bad("messages", "'messages' is required");
-        check_messages(*msgs);
+        validate_messages(*msgs);
         const Value* tools = field(body, "tools");
         if (tools && !tools->IsArray()) bad("tools", "'tools' must be an array");
         const Value* kwargs = field(body, "chat_template_kwargs");

@@ -30,6 +30,10 @@ struct ModelContext {
     bool template_adds_bos = false;
 };
 
+/// Checks an OpenAI chat `messages` array: non-empty; each an object with a known
+/// role and string or text-part content. Throws ApiError(400) naming the bad field.
+void validate_messages(const rapidjson::Value& messages);
+
 /// Validates `body` (JSON) for `endpoint` and tokenizes its prompts. Throws ApiError
 /// with status 400 (malformed JSON, wrong types, values out of range, prompt longer
 /// than the context), 404 (unknown model).

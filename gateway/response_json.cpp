@@ -17,12 +17,16 @@ void str(Writer& w, std::string_view s) {
     w.String(clean.data(), static_cast<rapidjson::SizeType>(clean.size()));
 }
 
+// A logprob as the shortest decimal that reads back to the same float32. -inf (a token
+// the sampling filters removed) is -9999.0, as in the OpenAI API; NaN, which a
+// conforming engine never sends (the protocol refuses it), is written the same way
+// rather than as invalid JSON.
 void logprob(Writer& w, float v) {
-    if (std::isinf(v) && v < 0) {
+    if (!std::isfinite(v)) {
         w.RawValue("-9999.0", 7, rapidjson::kNumberType);
         return;
     }
-    const std::string s = protocol::format_float(v);  // throws on NaN: never reaches JSON
+    const std::string s = protocol::format_float(v);
     w.RawValue(s.data(), s.size(), rapidjson::kNumberType);
 }
 
@@ -85,7 +89,9 @@ void legacy_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<L
     w.StartObject();
     w.Key("tokens");
     w.StartArray();
-    for (const LogprobEntry& e : entries) str(w, display(tok, as_ids, e.token, e.bytes, e.special));
+    // An entry's bytes are exactly what it adds to `text` (a special token's text
+    // included), so the tokens, joined, spell the text.
+    for (const LogprobEntry& e : entries) str(w, display(tok, as_ids, e.token, e.bytes, false));
     w.EndArray();
     w.Key("token_logprobs");
     w.StartArray();

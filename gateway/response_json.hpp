@@ -27,6 +27,7 @@ struct ChoiceOut {
     bool first_chunk = false;            ///< chat streams: the first chunk carries the role
 };
 
+/// Token counts for `usage` (total_tokens is their sum).
 struct Usage {
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;

@@ -1,9 +1,11 @@
 // Listener, sessions and routing; see server.hpp.
 #include "gateway/server.hpp"
 
+#include <rapidjson/error/en.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <cctype>
 #include <iostream>
 
 #include "gateway/response_json.hpp"
@@ -12,14 +14,18 @@
 namespace loom::gateway {
 namespace {
 
-std::string models_body(const App& app) {
+// The model object (OpenAI "Models" reference) or, with single=false, the list
+// holding it. max_model_len (vLLM's extension) once the engine has said its context.
+std::string models_body(const App& app, bool single) {
     rapidjson::StringBuffer buf;
     rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-    w.StartObject();
-    w.Key("object");
-    w.String("list");
-    w.Key("data");
-    w.StartArray();
+    if (!single) {
+        w.StartObject();
+        w.Key("object");
+        w.String("list");
+        w.Key("data");
+        w.StartArray();
+    }
     w.StartObject();
     w.Key("id");
     w.String(app.opts.model_id.c_str());
@@ -34,8 +40,10 @@ std::string models_body(const App& app) {
         w.Int64(app.engine->hello().n_ctx);
     }
     w.EndObject();
-    w.EndArray();
-    w.EndObject();
+    if (!single) {
+        w.EndArray();
+        w.EndObject();
+    }
     return buf.GetString();
 }
 
@@ -45,7 +53,9 @@ std::string models_body(const App& app) {
 std::string tokenize_body(const App& app, const std::string& body, bool detokenize) {
     rapidjson::Document d;
     d.Parse(body.data(), body.size());
-    if (d.HasParseError() || !d.IsObject()) throw ApiError(400, "the request body must be a JSON object");
+    if (d.HasParseError())
+        throw ApiError(400, std::string("the request body is not valid JSON: ") + rapidjson::GetParseError_En(d.GetParseError()));
+    if (!d.IsObject()) throw ApiError(400, "the request body must be a JSON object");
     if (d.HasMember("model") && (!d["model"].IsString() || app.opts.model_id != d["model"].GetString()))
         throw ApiError(404, "The model does not exist; this server serves '" + app.opts.model_id + "'", "model",
                        "model_not_found");
@@ -70,9 +80,11 @@ std::string tokenize_body(const App& app, const std::string& body, bool detokeni
             add_special = d["add_special_tokens"].GetBool();
         }
         std::string text;
-        if (d.HasMember("prompt") && d["prompt"].IsString()) {
+        if (d.HasMember("prompt")) {
+            if (!d["prompt"].IsString()) throw ApiError(400, "'prompt' must be a string", "prompt");
             text.assign(d["prompt"].GetString(), d["prompt"].GetStringLength());
-        } else if (d.HasMember("messages") && d["messages"].IsArray()) {
+        } else if (d.HasMember("messages")) {
+            validate_messages(d["messages"]);
             text = app.chat->render(d["messages"], nullptr, true, nullptr);
             add_special = add_special && !app.chat->has_template();
         } else {
@@ -92,8 +104,9 @@ std::string tokenize_body(const App& app, const std::string& body, bool detokeni
     return buf.GetString();
 }
 
-asio::awaitable<void> write_error(beast::tcp_stream& stream, const ApiError& e, bool keep_alive, unsigned version) {
-    co_await write_json(stream, static_cast<http::status>(e.status), error_body(e), keep_alive, version);
+asio::awaitable<void> write_error(beast::tcp_stream& stream, const ApiError& e, bool keep_alive, unsigned version,
+                                  std::string_view allow = {}) {
+    co_await write_json(stream, static_cast<http::status>(e.status), error_body(e), keep_alive, version, allow);
 }
 
 // Compares in time independent of where the strings first differ.
@@ -108,6 +121,111 @@ bool same_secret(std::string_view a, std::string_view b) {
     return diff == 0;
 }
 
+// True when `auth` (an Authorization header) is "Bearer <key>" (the scheme is
+// case-insensitive, RFC 7235) and the key matches, compared in constant time.
+bool authorized(std::string_view auth, const std::string& key) {
+    const std::string_view scheme = "bearer ";
+    if (auth.size() < scheme.size()) return false;
+    for (size_t i = 0; i < scheme.size(); ++i)
+        if (std::tolower(static_cast<unsigned char>(auth[i])) != scheme[i]) return false;
+    std::string_view token = auth.substr(scheme.size());
+    while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+    while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+    return same_secret(token, key);
+}
+
+// The methods each known path takes; empty for an unknown path.
+std::string_view allowed_methods(std::string_view path) {
+    if (path == "/health" || path == "/v1/models" || path.starts_with("/v1/models/")) return "GET";
+    if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" || path == "/detokenize")
+        return "POST";
+    return {};
+}
+
+// After an error answered before the body was read (413): stop sending, then read and
+// discard what the client still sends (bounded in bytes and time), so that closing
+// does not reset the connection before the client has read the answer.
+asio::awaitable<void> drain_and_close(beast::tcp_stream& stream) {
+    boost::system::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream.expires_after(std::chrono::seconds(10));
+    std::vector<char> sink(64 * 1024);
+    size_t total = 0;
+    while (total < (256u << 20)) {
+        const size_t n = co_await stream.async_read_some(asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
+        if (ec) break;
+        total += n;
+    }
+    stream.socket().close(ec);
+}
+
+// Answers one request; returns false when the connection must close. Throws only on
+// internal failures (the session answers those with 500 when it still can).
+asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::request<http::string_body>& req,
+                            bool& started) {
+    const bool keep = req.keep_alive();
+    const unsigned version = req.version();
+    std::string path(req.target());
+    if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
+
+    if (!app.opts.api_key.empty() && path != "/health") {
+        const auto auth = req[http::field::authorization];
+        if (!authorized(std::string_view(auth.data(), auth.size()), app.opts.api_key)) {
+            co_await write_error(stream,
+                                 ApiError(401, "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'.",
+                                          "", "invalid_api_key"),
+                                 keep, version);
+            co_return keep;
+        }
+    }
+
+    const std::string_view allow = allowed_methods(path);
+    if (allow.empty()) {
+        co_await write_error(stream, ApiError(404, "no such endpoint: " + path, "", "not_found"), keep,
+                             version);
+        co_return keep;
+    }
+    const auto method = req.method_string();
+    if (std::string_view(method.data(), method.size()) != allow) {
+        co_await write_error(stream,
+                             ApiError(405, "method " + std::string(req.method_string()) + " is not allowed on " + path +
+                                               "; use " + std::string(allow),
+                                      "", "method_not_allowed"),
+                             keep, version, allow);
+        co_return keep;
+    }
+
+    if (path == "/health") {
+        if (app.engine->ready()) co_await write_json(stream, http::status::ok, R"({"status":"ok"})", keep, version);
+        else co_await write_json(stream, http::status::service_unavailable, R"({"status":"loading"})", keep, version);
+    } else if (path == "/v1/models") {
+        co_await write_json(stream, http::status::ok, models_body(app, false), keep, version);
+    } else if (path.starts_with("/v1/models/")) {
+        if (path.substr(11) == app.opts.model_id)
+            co_await write_json(stream, http::status::ok, models_body(app, true), keep, version);
+        else
+            co_await write_error(stream,
+                                 ApiError(404, "The model '" + path.substr(11) + "' does not exist; this server serves '" +
+                                                   app.opts.model_id + "'",
+                                          "model", "model_not_found"),
+                                 keep, version);
+    } else if (path == "/v1/completions" || path == "/v1/chat/completions") {
+        const Endpoint ep = path == "/v1/completions" ? Endpoint::Completions : Endpoint::ChatCompletions;
+        co_return co_await handle_generation(app, stream, req, ep, started) && keep;
+    } else {  // /tokenize, /detokenize
+        std::optional<ApiError> err;
+        std::string out;
+        try {
+            out = tokenize_body(app, req.body(), path == "/detokenize");
+        } catch (const ApiError& e) {
+            err = e;
+        }
+        if (err) co_await write_error(stream, *err, keep, version);
+        else co_await write_json(stream, http::status::ok, std::move(out), keep, version);
+    }
+    co_return keep;
+}
+
 asio::awaitable<void> session(tcp::socket socket, App& app) {
     beast::tcp_stream stream(std::move(socket));
     beast::flat_buffer buf;
@@ -117,64 +235,54 @@ asio::awaitable<void> session(tcp::socket socket, App& app) {
         parser.header_limit(64 * 1024);
         stream.expires_after(std::chrono::seconds(60));
         boost::system::error_code ec;
-        co_await http::async_read(stream, buf, parser, asio::redirect_error(asio::use_awaitable, ec));
+        co_await http::async_read_header(stream, buf, parser, asio::redirect_error(asio::use_awaitable, ec));
+        if (!ec && !parser.is_done()) {
+            // A client that waits for "100 Continue" before sending the body (curl does).
+            const auto expect = parser.get()[http::field::expect];
+            if (beast::iequals(expect, "100-continue")) {
+                http::response<http::empty_body> cont{http::status::continue_, parser.get().version()};
+                co_await http::async_write(stream, cont, asio::redirect_error(asio::use_awaitable, ec));
+            }
+            if (!ec) co_await http::async_read(stream, buf, parser, asio::redirect_error(asio::use_awaitable, ec));
+        }
         if (ec == http::error::body_limit) {
             co_await write_error(stream,
                                  ApiError(413, "the request body exceeds " + std::to_string(app.opts.max_body_bytes) +
                                                    " bytes", "", "request_too_large"),
                                  false, 11);
-            break;
+            co_await drain_and_close(stream);
+            co_return;
         }
-        if (ec) break;  // closed, timed out or not HTTP
+        if (ec == http::error::header_limit) {
+            co_await write_error(stream, ApiError(431, "the request headers exceed 64 KiB", "", "headers_too_large"),
+                                 false, 11);
+            co_await drain_and_close(stream);
+            co_return;
+        }
+        if (ec && ec.category() == http::make_error_code(http::error::bad_target).category() &&
+            ec != http::error::end_of_stream && ec != http::error::partial_message) {
+            co_await write_error(stream, ApiError(400, "malformed HTTP request: " + ec.message(), "", "bad_http"), false,
+                                 11);
+            co_await drain_and_close(stream);
+            co_return;
+        }
+        if (ec) break;  // closed or timed out
         stream.expires_never();
-        const auto& req = parser.get();
-        const bool keep = req.keep_alive();
-        std::string path(req.target());
-        if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
-        const bool is_get = req.method() == http::verb::get, is_post = req.method() == http::verb::post;
 
-        if (!app.opts.api_key.empty() && path != "/health") {
-            const auto auth_bs = req[http::field::authorization];
-            const std::string_view auth(auth_bs.data(), auth_bs.size());
-            const std::string_view prefix = "Bearer ";
-            const bool ok = auth.substr(0, prefix.size()) == prefix &&
-                            same_secret(auth.substr(prefix.size()), app.opts.api_key);
-            if (!ok) {
-                co_await write_error(stream,
-                                     ApiError(401, "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'.",
-                                              "", "invalid_api_key"),
-                                     keep, req.version());
-                if (!keep) break;
-                continue;
-            }
+        bool started = false, keep_going = false;
+        std::optional<std::string> internal;
+        try {
+            keep_going = co_await route(app, stream, parser.get(), started);
+        } catch (const std::exception& e) {
+            internal = e.what();
         }
-
-        bool keep_going = keep;
-        if (path == "/health" && is_get) {
-            if (app.engine->ready()) co_await write_json(stream, http::status::ok, R"({"status":"ok"})", keep, req.version());
-            else co_await write_json(stream, http::status::service_unavailable, R"({"status":"loading"})", keep, req.version());
-        } else if (path == "/v1/models" && is_get) {
-            co_await write_json(stream, http::status::ok, models_body(app), keep, req.version());
-        } else if ((path == "/v1/completions" || path == "/v1/chat/completions") && is_post) {
-            const Endpoint ep = path == "/v1/completions" ? Endpoint::Completions : Endpoint::ChatCompletions;
-            keep_going = co_await handle_generation(app, stream, req, ep) && keep;
-        } else if ((path == "/tokenize" || path == "/detokenize") && is_post) {
-            std::optional<ApiError> err;
-            std::string out;
-            try {
-                out = tokenize_body(app, req.body(), path == "/detokenize");
-            } catch (const ApiError& e) {
-                err = e;
-            }
-            if (err) co_await write_error(stream, *err, keep, req.version());
-            else co_await write_json(stream, http::status::ok, std::move(out), keep, req.version());
-        } else if (path == "/health" || path == "/v1/models" || path == "/v1/completions" ||
-                   path == "/v1/chat/completions" || path == "/tokenize" || path == "/detokenize") {
-            co_await write_error(stream, ApiError(405, "method " + std::string(req.method_string()) + " is not allowed on " + path,
-                                                  "", "method_not_allowed"),
-                                 keep, req.version());
-        } else {
-            co_await write_error(stream, ApiError(404, "no such endpoint: " + path, "", "not_found"), keep, req.version());
+        if (internal) {
+            std::cerr << "loom-gateway: internal error: " << *internal << "\n";
+            if (!started)
+                co_await write_error(stream, ApiError(500, "internal error: " + *internal, "", "internal_error",
+                                                      "server_error"),
+                                     false, parser.get().version());
+            break;
         }
         if (!keep_going) break;
     }
@@ -210,10 +318,11 @@ ModelContext App::model_context() const {
 }
 
 asio::awaitable<void> write_json(beast::tcp_stream& stream, http::status status, std::string body, bool keep_alive,
-                                 unsigned version) {
+                                 unsigned version, std::string_view allow) {
     http::response<http::string_body> res{status, version};
     res.set(http::field::server, "loom");
     res.set(http::field::content_type, "application/json");
+    if (!allow.empty()) res.set(http::field::allow, std::string(allow));
     res.keep_alive(keep_alive);
     res.body() = std::move(body);
     res.prepare_payload();
