@@ -3,23 +3,41 @@
 without a model.
 
 It answers every GEN with min(max_tokens, 5) copies of token 261 and DONE.
-Options: --model M (ignored), --no-logprobs (HELLO without the logprobs capability),
---die-after-gens N (exit with status 3 on receiving the N-th GEN; a file named by
---state remembers the count across restarts, so the restarted engine behaves).
+Options:
+  --model M            ignored (the gateway passes it)
+  --no-logprobs        HELLO without the logprobs capability
+  --die-after-gens N   exit with status 3 on receiving the N-th GEN (N may be a
+                       comma-separated list: die at each); a file named by --state
+                       remembers the count across restarts, so the restarted engine
+                       goes on counting
+  --tokens-before-death K
+                       on a GEN it dies at, first write K tokens (so the death comes
+                       in the middle of a response)
+  --hello-delay S      wait S seconds before HELLO (a slow-loading model)
+  --token-delay S      wait S seconds before each token
 """
 import os
 import sys
+import time
+
+
+def opt(args, name, default=None):
+    return args[args.index(name) + 1] if name in args else default
+
 
 args = sys.argv[1:]
 caps = ["allowed", "cancel"]
 if "--no-logprobs" not in args:
     caps.insert(0, "logprobs")
-die_after = int(args[args.index("--die-after-gens") + 1]) if "--die-after-gens" in args else 0
-state = args[args.index("--state") + 1] if "--state" in args else None
+die_at = {int(x) for x in opt(args, "--die-after-gens", "0").split(",") if x}
+before_death = int(opt(args, "--tokens-before-death", "0"))
+state = opt(args, "--state")
+token_delay = float(opt(args, "--token-delay", "0"))
 seen = 0
 if state and os.path.exists(state):
     seen = int(open(state).read() or 0)
 
+time.sleep(float(opt(args, "--hello-delay", "0")))
 out = sys.stdout
 out.write("HELLO loom/1 engine=fake-engine backend=cpu model=fake n_vocab=512 n_ctx=2048 bos=1 eos=2 eog=2 "
           "caps=%s max_logprobs=20\n" % ",".join(caps))
@@ -32,16 +50,18 @@ for line in sys.stdin:
         seen += 1
         if state:
             open(state, "w").write(str(seen))
-        if die_after and seen == die_after:
-            sys.exit(3)
         rid = parts[1]
         kv = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
-        n = min(int(kv.get("max_tokens", 5)), 5)
+        dying = seen in die_at
+        n = before_death if dying else min(int(kv.get("max_tokens", 5)), 5)
         for _ in range(n):
+            time.sleep(token_delay)
             out.write("T %s 261\n" % rid)
             if "logprobs" in kv and "logprobs" in caps:
                 out.write("LP %s -0.5\n" % rid)
             out.flush()
+        if dying:
+            sys.exit(3)
         out.write("DONE %s length prompt_tokens=%d completion_tokens=%d\n" % (rid, len(kv["prompt"].split(",")), n))
         out.flush()
     elif parts[0] == "CANCEL":

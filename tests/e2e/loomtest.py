@@ -47,7 +47,8 @@ class Gateway:
             raise RuntimeError("loom-gateway did not start:\n" + "".join(self.log))
         # Drain stderr in the background so the gateway never blocks on it.
         import threading
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
 
     def _drain(self):
         try:
@@ -85,10 +86,13 @@ class Gateway:
     def post(self, path, body, **kw):
         return self.request("POST", path, body, **kw)
 
-    def stream(self, path, body):
-        """POSTs with stream=true; returns (status, [decoded chunk objects], saw_done)."""
+    def stream(self, path, body, headers=None):
+        """POSTs with stream=true; returns (status, [decoded chunk objects], saw_done).
+        An error event mid-stream is a chunk object with an "error" key."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        conn.request("POST", path, body=json.dumps(body), headers=h)
         resp = conn.getresponse()
         if resp.status != 200:
             payload = resp.read()
@@ -110,6 +114,8 @@ class Gateway:
         return 200, chunks, done
 
     def stop(self):
+        """Ends the gateway (SIGTERM) and returns its exit status. Raises
+        AssertionError when it reported a sanitizer error (ASan, LSan, UBSan builds)."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -117,7 +123,70 @@ class Gateway:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if getattr(self, "_drainer", None):
+            self._drainer.join(timeout=10)
         self.proc.stderr.close()
+        log = "".join(self.log)
+        for mark in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+            if mark in log:
+                raise AssertionError("loom-gateway reported a sanitizer error:\n" + log[-6000:])
+        return self.proc.returncode
+
+
+def wait_until(predicate, timeout=30, what="a condition"):
+    """Polls predicate() every 20 ms until it returns a true value, which is returned."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def token_bytes(token):
+    """The bytes a completions `tokens` string stands for: "bytes:\\xNN..." spells
+    bytes that are not valid UTF-8; any other string is its UTF-8 text."""
+    if token.startswith("bytes:\\x"):
+        return bytes(int(h, 16) for h in token[len("bytes:"):].split("\\x")[1:])
+    return token.encode("utf-8")
+
+
+def spells(text, data):
+    """Whether bytes `data` spell `text`: exactly, or, when the text holds U+FFFD
+    (bytes that are not valid UTF-8), as Python's decode(errors="replace") reads them."""
+    if "\ufffd" not in text:
+        return data == text.encode("utf-8")
+    return data.decode("utf-8", errors="replace") == text
+
+
+def chat_choices(chunks):
+    """A chat stream's chunks folded per choice index: {index: (content, entries,
+    finish_reason)}; also checks that every chunk's entries spell its delta."""
+    out = {}
+    for c in chunks:
+        for ch in c.get("choices", []):
+            text, entries, finish = out.get(ch["index"], ("", [], None))
+            delta = ch["delta"].get("content") or ""
+            part = (ch.get("logprobs") or {}).get("content") or []
+            if not spells(delta, joined_bytes(part)):
+                raise AssertionError("a chunk's logprob bytes do not spell its delta: %r" % ch)
+            out[ch["index"]] = (text + delta, entries + part, ch["finish_reason"] or finish)
+    return out
+
+
+def completion_choices(chunks):
+    """A completions stream's chunks folded per choice index: {index: (text,
+    tokens, token_logprobs, finish_reason)}; tokens/token_logprobs are [] without
+    logprobs."""
+    out = {}
+    for c in chunks:
+        for ch in c.get("choices", []):
+            text, toks, lps, finish = out.get(ch["index"], ("", [], [], None))
+            lp = ch.get("logprobs") or {}
+            out[ch["index"]] = (text + ch["text"], toks + (lp.get("tokens") or []),
+                                lps + (lp.get("token_logprobs") or []), ch["finish_reason"] or finish)
+    return out
 
 
 def joined_bytes(entries):
