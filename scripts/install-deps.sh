@@ -11,7 +11,12 @@ PKGS=(
   curl ca-certificates                         # default-model download
 )
 if [ "${LOOM_WITH_TEST_TOOLS:-0}" = 1 ]; then
-  PKGS+=(clang libclang-rt-14-dev nodejs npm)  # fuzzing, sanitizers, OpenAI client tests
+  PKGS+=(clang libclang-rt-14-dev)             # fuzzing, sanitizers
+  # OpenAI client tests (tests/openai). A Node.js that is already there counts: e.g.
+  # NodeSource's nodejs package bundles npm and conflicts with Debian's npm package.
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    PKGS+=(nodejs npm)
+  fi
 fi
 missing=()
 for p in "${PKGS[@]}"; do
