@@ -8,6 +8,12 @@ loom-gateway in front of it (OpenAI /v1/completions, streaming, read with http.c
 table with each figure against its baseline from the same run, and writes --json.
 
 Usage: bench_gpu.py --bin DIR --models A.gguf [B.gguf ...] [--json out.json]
+                    [--variant NAME:VAR=VAL[,VAR=VAL...] ...]
+
+Each --variant runs loom-gpu-bench again (decode only) with those environment variables, after
+the default run, and the summary compares its decode rate with the default's from the same run
+(e.g. base:LOOM_GPU_MV1=0 for the batched kernel on one row, the path before the single-vector
+kernel).
 """
 import argparse
 import http.client
@@ -184,6 +190,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--skip-direct", action="store_true")
     ap.add_argument("--skip-gateway", action="store_true")
+    ap.add_argument("--variant", action="append", default=[])
     args = ap.parse_args()
     results = {}
     for m in args.models:
@@ -195,6 +202,20 @@ def main():
             for line in p.stdout.splitlines():
                 if line.startswith("BENCH "):
                     res["direct"] = json.loads(line[6:])
+            res["variants"] = {}
+            for v in args.variant:
+                vname, _, spec = v.partition(":")
+                env = dict(os.environ)
+                for kv in filter(None, spec.split(",")):
+                    k, _, val = kv.partition("=")
+                    env[k] = val
+                p = subprocess.run([os.path.join(args.bin, "loom-gpu-bench"), "--model", m, "--decode-only"],
+                                   capture_output=True, text=True, env=env)
+                print(f"-- variant {vname} ({spec})")
+                print(p.stdout, p.stderr, sep="")
+                for line in p.stdout.splitlines():
+                    if line.startswith("BENCH "):
+                        res["variants"][vname] = json.loads(line[6:])
         vocab = 128256
         try:
             res["engine"] = engine_figures(args.bin, m, vocab)
@@ -241,6 +262,21 @@ def main():
         row(name, "decode + logprobs 5, gateway", g.get("decode_lp5_stream_tps"), "gateway no lp",
             g.get("decode_stream_tps"))
         row(name, "batched decode 8 seqs (backend)", d.get("batch8_tps"), "batch 1", d.get("decode_tps"))
+        for vname, vd in r.get("variants", {}).items():
+            row(name, f"decode b1 (backend), {vname}", vd.get("decode_tps"), "default", d.get("decode_tps"))
+    for name, r in results.items():
+        d = r.get("direct", {})
+        runs = [("default", d)] + list(r.get("variants", {}).items())
+        names = []
+        for _, vd in runs:
+            for op in vd.get("ops", {}):
+                if op not in names:
+                    names.append(op)
+        print(f"\n== {name}: one decode step, eager, ms per operation (all layers), per variant")
+        print(f"{'op':16}" + "".join(f"{v[:14]:>15}" for v, _ in runs))
+        for op in names:
+            print(f"{op:16}" + "".join(f"{vd.get('ops', {}).get(op, float('nan')):15.3f}" for _, vd in runs))
+        print(f"{'graph step ms':16}" + "".join(f"{vd.get('step_ms', float('nan')):15.3f}" for _, vd in runs))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,12 @@
 # them, and the benchmarks (tools/bench_gpu.py). Logs go to $OUT (or ./gpu-out) as it runs, and a
 # summary is printed last.
 #
-# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler small gen check8b bench (default: all)
+# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler small gen check8b bench sass ncu
+# (default: all). bench also times the variants in $BENCH_VARIANTS (bench_gpu.py --variant;
+# "base" is the decode path before the 2026-11-30 changes: RoPE kernel, magic-number Q4_K dot);
+# BENCH_SKIP_GATEWAY=1 leaves out the gateway figures. sass writes the single-vector matvec
+# kernels' machine code and opcode counts; ncu profiles a few decode matvecs (Nsight Compute,
+# clocks left alone; NCU_MODELS, NCU_KERNELS choose).
 # Expects prebuilt binaries in $BIN (default .devbin: loom-engine-cuda, loom-engine-cpu,
 # loom-gpu-bench, loom-gpu-sampler-test, loom-make-model, loom-gateway; shared libraries in
 # $BIN/lib) and the small models and references in $DATA (default .devdata: models/, reference/).
@@ -19,7 +24,8 @@ mkdir -p "$OUT" "$SHM"
 export LD_LIBRARY_PATH="$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}"
 export PYTHONUNBUFFERED=1
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler small gen check8b bench)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler small gen check8b bench sass ncu)
+BENCH_VARIANTS=${BENCH_VARIANTS:-"base:LOOM_GPU_FUSE_ROPE=0,LOOM_GPU_Q4_MAGIC=1 no-rope-fusion:LOOM_GPU_FUSE_ROPE=0 mv1:LOOM_GPU_MV1=1,LOOM_GPU_PDL=0 mv1-pdl:LOOM_GPU_MV1=1"}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 
@@ -64,9 +70,46 @@ main() {
   fi
   if want bench; then
     stamp "benchmark: backend, engine protocol, gateway"
+    local vargs=() v
+    for v in $BENCH_VARIANTS; do vargs+=(--variant "$v"); done
+    [ "${BENCH_SKIP_GATEWAY:-0}" = 1 ] && vargs+=(--skip-gateway)
     timeout 420 python3 tools/bench_gpu.py --bin "$BIN" --models "$SHM/llama3-8b-f16.gguf" "$SHM/llama3-8b-q4_k_m.gguf" \
-      --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+      --json "$OUT/bench.json" "${vargs[@]}" 2>&1 | tee "$OUT/bench.log"
     sed -n '/^== summary/,$p' "$OUT/bench.log" >>"$SUMMARY"
+  fi
+  if want sass; then
+    stamp "machine code of the single-vector matvec kernels"
+    if command -v cuobjdump >/dev/null; then
+      timeout 60 cuobjdump -sass "$BIN/loom-gpu-bench" 2>/dev/null | python3 -c '
+import re, sys, collections
+out = open(sys.argv[1], "w")
+name, keep, counts = None, False, {}
+for line in sys.stdin:
+    m = re.search(r"Function : (\S+)", line)
+    if m:
+        name = m.group(1); keep = "mv1_kernel" in name or "matvec_kernelILj12ELi1E" in name or "matvec_kernelILj1ELi1E" in name
+        if keep: counts[name] = collections.Counter()
+    if keep:
+        out.write(line)
+        ins = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+        if ins: counts[name][ins.group(1)] += 1
+for n, c in counts.items():
+    print(n, sum(c.values()), " ".join(f"{k}:{v}" for k, v in c.most_common(24)))
+' "$OUT/mv1.sass" | tee "$OUT/sass_counts.txt"
+    fi
+  fi
+  if want ncu; then
+    stamp "Nsight Compute: decode matvec kernels of the first layers (${NCU_MODELS:-q4_k_m f16})"
+    if command -v ncu >/dev/null; then
+      for t in ${NCU_MODELS:-q4_k_m f16}; do
+        timeout 75 ncu --clock-control none -k regex:"${NCU_KERNELS:-matvec_kernel|mv1_kernel}" -s 1 -c 8 --section SpeedOfLight \
+          --section Occupancy --section WarpStateStats --section SchedulerStats -f -o "$OUT/ncu-$t" \
+          "$BIN/loom-gpu-bench" --model "$SHM/llama3-8b-$t.gguf" --decode-only --prompt 64 --gen 2 >"$OUT/ncu-$t.run.log" 2>&1
+        timeout 30 ncu -i "$OUT/ncu-$t.ncu-rep" --page details >"$OUT/ncu-$t.txt" 2>&1
+        grep -E "matvec_kernel|mv1_kernel|Duration|DRAM Throughput|Issued Warp|No Eligible|Achieved Occupancy" \
+          "$OUT/ncu-$t.txt" | head -120
+      done
+    fi
   fi
   stamp done
   echo

@@ -54,14 +54,20 @@ std::vector<int32_t> random_tokens(int n, int n_vocab, uint64_t seed) {
 int main(int argc, char** argv) {
     std::string model;
     int prompt = 512, gen = 128;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    bool decode_only = false;
+    for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
-        if (a == "--model") model = argv[i + 1];
-        else if (a == "--prompt") prompt = std::atoi(argv[i + 1]);
-        else if (a == "--gen") gen = std::atoi(argv[i + 1]);
+        if (a == "--decode-only") {
+            decode_only = true;
+            continue;
+        }
+        if (i + 1 >= argc) break;
+        if (a == "--model") model = argv[++i];
+        else if (a == "--prompt") prompt = std::atoi(argv[++i]);
+        else if (a == "--gen") gen = std::atoi(argv[++i]);
     }
     if (model.empty()) {
-        std::fprintf(stderr, "usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128]\n");
+        std::fprintf(stderr, "usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only]\n");
         return 2;
     }
     const double bw = copy_bandwidth();
@@ -130,9 +136,11 @@ int main(int argc, char** argv) {
         std::sort(ts.begin(), ts.end());
         return ts[1];
     };
-    const double p512 = prefill(512), p2048 = prefill(2048);
+    double p512 = 0, p2048 = 0;
     gpu::OpTimes pops;
-    {
+    if (!decode_only) {
+        p512 = prefill(512);
+        p2048 = prefill(2048);
         auto seq = be.new_sequence(513);
         pops = be.profile_prefill(*seq, random_tokens(512, V, 3));
     }
@@ -152,7 +160,7 @@ int main(int argc, char** argv) {
         for (int s = 0; s < 32; ++s) be.decode_batch(ptrs, toks);
         return 32.0 * nb / secs(t0, Clock::now());
     };
-    const double b4 = batched(4), b8 = batched(8);
+    const double b4 = decode_only ? 0.0 : batched(4), b8 = decode_only ? 0.0 : batched(8);
 
     const double roof = bw / wbytes;  // tokens/s if every weight byte is read once per token
     std::printf("model %s: weights %.2f GB on the device, load %.1f s\n", model.c_str(), wbytes / 1e9, load_s);
@@ -162,8 +170,9 @@ int main(int argc, char** argv) {
                 gen, prompt, tps, 100 * tps / roof, st0, sa0);
     std::printf("decode with top-20 logprobs: %.1f tok/s (%.2f%% slower; sample %.3f ms)\n", tps_lp,
                 100 * (tps / tps_lp - 1), sa1);
-    std::printf("prefill 512: %.0f tok/s (%.1f ms); prefill 2048: %.0f tok/s (%.1f ms)\n", 512 / p512, p512 * 1e3,
-                2048 / p2048, p2048 * 1e3);
+    if (!decode_only)
+        std::printf("prefill 512: %.0f tok/s (%.1f ms); prefill 2048: %.0f tok/s (%.1f ms)\n", 512 / p512, p512 * 1e3,
+                    2048 / p2048, p2048 * 1e3);
     std::printf("batched decode: 4 seqs %.0f tok/s, 8 seqs %.0f tok/s\n", b4, b8);
     double tot = 0;
     for (auto& [n, ms] : ops.ms) tot += ms;
@@ -179,7 +188,8 @@ int main(int argc, char** argv) {
                 "\"decode_tps\": %.2f, \"decode_lp20_tps\": %.2f, \"step_ms\": %.4f, \"sample_ms\": %.4f, "
                 "\"sample_lp20_ms\": %.4f, \"prefill512_tps\": %.1f, \"prefill2048_tps\": %.1f, \"batch4_tps\": %.1f, "
                 "\"batch8_tps\": %.1f, \"ops\": {",
-                model.c_str(), wbytes, bw, roof, tps, tps_lp, st0, sa0, sa1, 512 / p512, 2048 / p2048, b4, b8);
+                model.c_str(), wbytes, bw, roof, tps, tps_lp, st0, sa0, sa1, p512 > 0 ? 512 / p512 : 0.0,
+                p2048 > 0 ? 2048 / p2048 : 0.0, b4, b8);
     for (size_t i = 0; i < ops.ms.size(); ++i)
         std::printf("%s\"%s\": %.4f", i ? ", " : "", ops.ms[i].first.c_str(), ops.ms[i].second);
     std::printf("}}\n");

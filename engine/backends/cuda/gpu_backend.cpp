@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -74,6 +75,16 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
             if (m->type != kF16 && m->type != kBF16 && m->type != kF32) fuse_norm_ = false;
     if (dm_->output.type != kF16 && dm_->output.type != kBF16 && dm_->output.type != kF32) fuse_norm_ = false;
     if (const char* e = std::getenv("LOOM_GPU_FMA_ATTENTION")) no_gemm_attn_ = std::string(e) == "1";
+    auto env_is = [](const char* name, const char* v) {
+        const char* e = std::getenv(name);
+        return e && std::string(e) == v;
+    };
+    mv1_ = env_is("LOOM_GPU_MV1", "1");
+#if defined(LOOM_GPU_CUDA)
+    pdl_ = mv1_ && !env_is("LOOM_GPU_PDL", "0");
+#endif
+    fuse_rope_ = !env_is("LOOM_GPU_FUSE_ROPE", "0");
+    q4_magic_ = env_is("LOOM_GPU_Q4_MAGIC", "1");
 
     d_ = hp.n_embd;
     nq_ = int64_t{hp.n_head} * hp.head_dim;
@@ -198,9 +209,16 @@ std::unique_ptr<engine::Sequence> GpuBackend::new_sequence(int64_t capacity) {
     return std::make_unique<GpuSequence>(capacity, kv_bytes, static_cast<int>(V_));
 }
 
+bool GpuBackend::rope_fusable(const DevLayer& L) const {
+    return fuse_rope_ && !sh_.neox && sh_.rope_dim % 2 == 0 && sh_.head_dim % 2 == 0 && !L.bq && !L.bk && !L.bv &&
+           !L.q_norm && !L.k_norm;
+}
+
 void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat, int rows, const float* x32,
-                        int64_t ldx, const uint16_t* x16, int64_t ldx16, int64_t ldy, bool add, const float* norm_w) {
+                        int64_t ldx, const uint16_t* x16, int64_t ldx16, int64_t ldy, bool add, const float* norm_w,
+                        const int8_t* roles, int layer) {
     if (norm_w && rows > 8) throw std::logic_error("fused RMSNorm needs the matvec path");
+    if (roles && rows > 8) throw std::logic_error("fused RoPE needs the matvec path");
     if (rows <= 8) {
         for (int i = 0; i < nmat;) {
             MatvecArgs a;
@@ -210,8 +228,21 @@ void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat
             a.nseg = 0;
             int j = i;
             while (j < nmat && a.nseg < 3 && mats[j]->type == a.type && mats[j]->cols == a.cols) {
+                if (roles) a.seg_role[a.nseg] = roles[j];
                 a.seg[a.nseg++] = MvSeg{mats[j]->data, static_cast<int32_t>(mats[j]->rows), ys[j]};
                 ++j;
+            }
+            a.single = rows == 1 && mv1_;
+            a.pdl = a.single && pdl_;
+            a.q4_magic = q4_magic_;
+            if (roles) {
+                a.slots = slots_dev_;
+                a.rope_cs = rope_cs_;
+                a.layer = layer;
+                a.head_dim = sh_.head_dim;
+                a.rope_dim = sh_.rope_dim;
+                a.kv_dim = sh_.kv_dim();
+                a.kv_f16 = sh_.kv_f16;
             }
             a.x = x32;
             a.x_stride = ldx;
@@ -261,6 +292,9 @@ void GpuBackend::ffn(const DevLayer& L, int rows, bool fuse) {
         a.y_stride = ld_ff_;
         a.nb = rows;
         a.mode = MvMode::SwiGLU;
+        a.single = rows == 1 && mv1_;
+        a.pdl = a.single && pdl_;
+        a.q4_magic = q4_magic_;
         matvec(a, stream_);
     } else {
         const DevMatrix* m2[2] = {&L.gate, &L.up};
@@ -287,30 +321,38 @@ void GpuBackend::forward(int rows, bool decode) {
     const auto& hp = w_.hp;
     const bool mv = rows <= 8;
     const bool h16 = !mv && f16_in_;
-    // RMSNorm fused into the next matvec: one launch less per norm, but every block recomputes
-    // the scale; it pays for a single row over plain (F16/BF16/F32) weights, and costs more than
-    // it saves for several rows or for the instruction-bound quantized kernels.
-    const bool fuse = rows == 1 && fuse_norm_;
+    // RMSNorm fused into the next matvec: one launch less per norm, but every block of the
+    // batched kernel recomputes the scale; it pays for a single row over plain (F16/BF16/F32)
+    // weights, and costs more than it saves for several rows or for the quantized kernels. The
+    // single-vector kernel (mv1_) stages the activations once per block and always fuses it.
+    const bool fuse = rows == 1 && (fuse_norm_ || mv1_);
     embed(dm_->tok_embd, decode ? nullptr : tokens_dev_, decode ? slots_dev_ : nullptr, rows, x_, ld_d_, stream_);
     tick("embed");
     for (int l = 0; l < hp.n_layer; ++l) {
         const DevLayer& L = dm_->layers[static_cast<size_t>(l)];
         const DevMatrix* m3[3] = {&L.wq, &L.wk, &L.wv};
         float* y3[3] = {qkv_, qkv_ + nq_, qkv_ + nq_ + nkv_};
+        // RoPE and the KV-cache store fused into the QKV matvec's epilogue (decode steps).
+        const bool rope_fused = decode && mv && rope_fusable(L);
+        static const int8_t kRoles[3] = {1, 2, 3};
+        const int8_t* roles = rope_fused ? kRoles : nullptr;
         if (fuse) {  // RMSNorm fused into the matvec
-            linear(m3, y3, 3, rows, x_, ld_d_, nullptr, 0, ld_qkv_, false, L.attn_norm);
+            linear(m3, y3, 3, rows, x_, ld_d_, nullptr, 0, ld_qkv_, false, L.attn_norm, roles, l);
         } else {
             rmsnorm(x_, ld_d_, L.attn_norm, static_cast<int>(d_), rows, hp.rms_eps, xn_, ld_d_, h16 ? xh_ : nullptr,
                     ld_d_, stream_);
             tick("rmsnorm");
-            linear(m3, y3, 3, rows, xn_, ld_d_, xh_, ld_d_, ld_qkv_, false);
+            linear(m3, y3, 3, rows, xn_, ld_d_, xh_, ld_d_, ld_qkv_, false, nullptr, roles, l);
         }
         tick("qkv");
-        rope_store(qkv_, ld_qkv_, rows, sh_, l, slots_dev_, decode, rope_cs_, L.bq, L.bk, L.bv, L.q_norm, L.k_norm,
-                   stream_);
-        tick("rope_kv_store");
+        if (!rope_fused) {
+            rope_store(qkv_, ld_qkv_, rows, sh_, l, slots_dev_, decode, rope_cs_, L.bq, L.bk, L.bv, L.q_norm, L.k_norm,
+                       stream_);
+            tick("rope_kv_store");
+        }
         if (decode)
-            attn_decode(qkv_, ld_qkv_, slots_dev_, rows, l, sh_, cur_splits_, part_, att_, ld_att_, stream_);
+            attn_decode(qkv_, ld_qkv_, slots_dev_, rows, l, sh_, cur_splits_, part_, att_, ld_att_, stream_,
+                        pdl_ && rows == 1);
         else if (gemm_->has_attention() && !sh_.kv_f16 && !no_gemm_attn_)
             prefill_attention(rows, l);
         else
@@ -396,19 +438,37 @@ void GpuBackend::run_decode(int nb, int splits) {
         const auto key = std::make_pair(nb, splits);
         auto it = graphs_.find(key);
         if (it == graphs_.end()) {
-            gpuGraph_t g = nullptr;
-            gpuGraphExec_t e = nullptr;
-            LOOM_GPU_CHECK(gpuStreamBeginCapture(stream_));
+            auto capture = [&] {
+                gpuGraph_t g = nullptr;
+                gpuGraphExec_t e = nullptr;
+                LOOM_GPU_CHECK(gpuStreamBeginCapture(stream_));
+                try {
+                    forward(nb, true);
+                } catch (...) {
+                    (void)gpuStreamEndCapture(stream_, &g);
+                    if (g) (void)gpuGraphDestroy(g);
+                    throw;
+                }
+                LOOM_GPU_CHECK(gpuStreamEndCapture(stream_, &g));
+                try {
+                    LOOM_GPU_CHECK(gpuGraphInstantiate(&e, g));
+                } catch (...) {
+                    (void)gpuGraphDestroy(g);
+                    throw;
+                }
+                return graphs_.emplace(key, std::make_pair(g, e)).first;
+            };
             try {
-                forward(nb, true);
-            } catch (...) {
-                (void)gpuStreamEndCapture(stream_, &g);
-                if (g) (void)gpuGraphDestroy(g);
-                throw;
+                it = capture();
+            } catch (const GpuError& err) {
+                if (!pdl_) throw;
+                // Programmatic dependent launches refused in a graph: capture without them.
+                std::fprintf(stderr, "loom-gpu: decode graph with dependent launches failed (%s); without them\n",
+                             err.what());
+                (void)gpuGetLastError();
+                pdl_ = false;
+                it = capture();
             }
-            LOOM_GPU_CHECK(gpuStreamEndCapture(stream_, &g));
-            LOOM_GPU_CHECK(gpuGraphInstantiate(&e, g));
-            it = graphs_.emplace(key, std::make_pair(g, e)).first;
         }
         LOOM_GPU_CHECK(gpuGraphLaunch(it->second.second, stream_));
         return;

@@ -83,7 +83,9 @@ private:
     void* alloc(size_t bytes);
     void forward(int rows, bool decode);
     void linear(const DevMatrix* const* mats, float* const* ys, int nmat, int rows, const float* x32, int64_t ldx,
-                const uint16_t* x16, int64_t ldx16, int64_t ldy, bool add, const float* norm_w = nullptr);
+                const uint16_t* x16, int64_t ldx16, int64_t ldy, bool add, const float* norm_w = nullptr,
+                const int8_t* roles = nullptr, int layer = 0);
+    bool rope_fusable(const DevLayer& L) const;
     void ffn(const DevLayer& L, int rows, bool fuse);
     void output_rows(int rows, float* logits, int64_t ld);
     void run_decode(int nb, int splits);
@@ -104,6 +106,15 @@ private:
     std::unique_ptr<Gemm> gemm_;
     bool f16_in_ = false;
     bool fuse_norm_ = false;  // RMSNorm fused into single-row matvecs (plain weight types)
+    // Single-vector decode path (kernels.hpp MatvecArgs::single), opt-in with LOOM_GPU_MV1=1
+    // (slower than the batched kernel in the 2026-11-30 H200 runs, see docs/benchmarks.md);
+    // pdl_: with it, programmatic dependent launches (LOOM_GPU_PDL=0 turns them off);
+    // fuse_rope_: RoPE and the KV store in the QKV matvec's epilogue (LOOM_GPU_FUSE_ROPE=0
+    // turns it off).
+    bool mv1_ = false;
+    bool pdl_ = false;
+    bool fuse_rope_ = true;
+    bool q4_magic_ = false;  // LOOM_GPU_Q4_MAGIC=1: the previous Q4_K dot product (A/B runs)
     int64_t d_ = 0, nq_ = 0, nkv_ = 0, ff_ = 0, V_ = 0;
     int64_t ld_d_ = 0, ld_qkv_ = 0, ld_att_ = 0, ld_ff2_ = 0, ld_ff_ = 0, ld_v_ = 0;
     int rmax_ = 0;

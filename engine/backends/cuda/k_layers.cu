@@ -125,6 +125,8 @@ constexpr int kMaxG = 16;    // query heads per decode block
 // Decode attention, one split of 128 positions for up to 16 query heads of one KV head.
 __global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int64_t q_ld, const SlotDesc* slots,
                                                              int layer, AttnShape sh, int splits, float* part) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float qs[kMaxG * 256];
     __shared__ float P[kMaxG][kAttnT];
     const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
@@ -268,6 +270,8 @@ constexpr int kFastSpan = 64;  // positions per split of the vectorized decode k
 template <class KVT, int GMAX>
 __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64_t q_ld, const SlotDesc* slots,
                                                             int layer, AttnShape sh, int splits, float* part) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float qs[GMAX * 256];
     __shared__ float S[GMAX][kFastSpan];
     __shared__ float red[GMAX * 1024];
@@ -374,6 +378,8 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
 __global__ void __launch_bounds__(kAttnT) attn_combine_kernel(const SlotDesc* slots, AttnShape sh, int splits,
                                                                int span, const float* part, float* att,
                                                                int64_t att_ld) {
+    pdl_trigger();
+    pdl_wait();
     const int h = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.y);
     const int hd = sh.head_dim;
     const int n_kv = slots[b].pos + 1;
@@ -446,13 +452,13 @@ int attn_decode_span(const AttnShape& sh) {
 }
 
 void attn_decode(const float* q, int64_t q_ld, const SlotDesc* slots, int nb, int layer, const AttnShape& sh,
-                 int splits, float* part, float* att, int64_t att_ld, gpuStream_t s) {
+                 int splits, float* part, float* att, int64_t att_ld, gpuStream_t s, bool pdl) {
     const int group = sh.n_head / sh.n_head_kv;
     const int span = attn_decode_span(sh);
     if (span == kFastSpan) {
         const dim3 grid(static_cast<unsigned>(sh.n_head_kv), static_cast<unsigned>(splits), static_cast<unsigned>(nb));
         auto go = [&](auto k) {
-            LOOM_LAUNCH(k, grid, kAttnT, 0, s, q, q_ld, slots, layer, sh, splits, part);
+            LOOM_LAUNCH_PDL(pdl, k, grid, kAttnT, 0, s, q, q_ld, slots, layer, sh, splits, part);
             LOOM_GPU_CHECK_LAUNCH();
         };
         const int gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
@@ -470,14 +476,15 @@ void attn_decode(const float* q, int64_t q_ld, const SlotDesc* slots, int nb, in
     } else {
         const int hgroups = (group + kMaxG - 1) / kMaxG;
         auto k1 = attn_split_kernel;
-        LOOM_LAUNCH(k1, dim3(static_cast<unsigned>(sh.n_head_kv * hgroups), static_cast<unsigned>(splits),
+        LOOM_LAUNCH_PDL(pdl, k1,
+                        dim3(static_cast<unsigned>(sh.n_head_kv * hgroups), static_cast<unsigned>(splits),
                              static_cast<unsigned>(nb)),
-                    kAttnT, 0, s, q, q_ld, slots, layer, sh, splits, part);
+                        kAttnT, 0, s, q, q_ld, slots, layer, sh, splits, part);
         LOOM_GPU_CHECK_LAUNCH();
     }
     auto k2 = attn_combine_kernel;
-    LOOM_LAUNCH(k2, dim3(static_cast<unsigned>(sh.n_head), static_cast<unsigned>(nb)), kAttnT, 0, s, slots, sh, splits,
-                span, part, att, att_ld);
+    LOOM_LAUNCH_PDL(pdl, k2, dim3(static_cast<unsigned>(sh.n_head), static_cast<unsigned>(nb)), kAttnT, 0, s, slots,
+                    sh, splits, span, part, att, att_ld);
     LOOM_GPU_CHECK_LAUNCH();
 }
 

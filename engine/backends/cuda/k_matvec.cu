@@ -6,6 +6,8 @@
 // "chunks": 16-byte loads that each thread issues for several rows before it uses any of them,
 // so that many loads are in flight (the CUDA C++ Best Practices Guide, "Coalesced Access to
 // Global Memory"), and a chunk decodes to kRuns runs of kRunLen consecutive elements.
+#include <algorithm>
+
 #include "engine/backends/cuda/kernels.hpp"
 
 namespace loom::gpu {
@@ -17,6 +19,12 @@ LOOM_DEV uint32_t byte_of(uint32_t w, int i) { return (w >> (8 * i)) & 0xFFu; }
 // conversion: the bits 0x4B0000nn are the float 2^23 + nn, and subtracting 2^23 is exact.
 LOOM_DEV float byte_as_float(uint32_t w, int e) {
     return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | static_cast<uint32_t>(e))) - 8388608.0f;
+}
+
+// byte_as_float(w, e) - off in one subtraction: (2^23 + nn) - (2^23 + off) is exact for
+// integers nn, off below 2^8.
+LOOM_DEV float byte_minus(uint32_t w, int e, float off) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | static_cast<uint32_t>(e))) - (8388608.0f + off);
 }
 
 template <uint32_t T>
@@ -118,7 +126,7 @@ struct Chunk<kQ8_0> {
         for (int i = 0; i < 8; ++i) {
             const uint32_t u = w[i] ^ 0x80808080u;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc += (byte_as_float(u, e) - 128.0f) * xv[4 * i + e];
+            for (int e = 0; e < 4; ++e) acc += byte_minus(u, e, 128.0f) * xv[4 * i + e];
         }
         return h2f(r.d) * acc;
     }
@@ -255,8 +263,8 @@ struct Chunk<kQ6_K> {
             const uint32_t q1 = ((wl[i] >> 4) & 0x0F0F0F0Fu) | (((wh[i] >> sh1) & 0x03030303u) << 4);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                a0 += (byte_as_float(q0, e) - 32.0f) * xv[4 * i + e];
-                a1 += (byte_as_float(q1, e) - 32.0f) * xv[16 + 4 * i + e];
+                a0 += byte_minus(q0, e, 32.0f) * xv[4 * i + e];
+                a1 += byte_minus(q1, e, 32.0f) * xv[16 + 4 * i + e];
             }
         }
         return dl0 * a0 + dl1 * a1;
@@ -374,6 +382,104 @@ LOOM_DEV int seg_of(const MatvecArgs& a, int o, int& local) {
 LOOM_DEV const uint8_t* seg_w(const MatvecArgs& a, int s) { return s == 0 ? a.seg[0].w : s == 1 ? a.seg[1].w : a.seg[2].w; }
 LOOM_DEV float* seg_y(const MatvecArgs& a, int s) { return s == 0 ? a.seg[0].y : s == 1 ? a.seg[1].y : a.seg[2].y; }
 
+// Q4_K, per thread: byte selectors and masks that give the packed 6-bit scales and mins of the
+// thread's sub-block pair p (fixed per thread: chunk c = t + 128 k has c % 8 = t % 8) from the
+// header words y (scales[0..3]), z (scales[4..7]) and w (scales[8..11]) without branches.
+struct Q4Sel {
+    uint32_t sel_s, sel_m, mask_a, mask_b, shift_a;
+};
+LOOM_DEV Q4Sel q4_sel(int p) {
+    Q4Sel s;
+    if (p < 2) {  // sub-blocks 2p, 2p+1 < 4: scales[2p..] & 63, mins scales[4 + 2p..] & 63
+        s.sel_s = s.sel_m = static_cast<uint32_t>(2 * p) | (static_cast<uint32_t>(2 * p + 1) << 4);
+        s.mask_a = 0x3F3Fu;
+        s.mask_b = 0u;
+        s.shift_a = 0u;
+    } else {  // low 4 bits from scales[8 + i..] (low / high nibble), top 2 from the bytes' bits 6-7
+        const uint32_t i = static_cast<uint32_t>(2 * p - 4);
+        s.sel_s = s.sel_m = (4u + i) | ((5u + i) << 4) | (i << 8) | ((i + 1u) << 12);
+        s.mask_a = 0x0F0Fu;
+        s.mask_b = 0x3030u;
+        s.shift_a = 4u;
+    }
+    return s;
+}
+
+// Q4_K chunk dot product (both matvec kernels). xv are the chunk's activations times 2^64, sx
+// the runs' sums (unscaled). Each nibble is masked in place and used as the bits of a float: a
+// denormal q * 2^(k - 149) for a nibble at bit k (k = 0, 4, 8, 12 of the word or of its upper
+// half), which is exact, so each product is q * x times a power of two, rounded once, as in
+// Chunk<kQ4_K>::dot; four accumulators keep one k each and are combined with exact power-of-two
+// factors. One LOP3 and one FFMA per weight, against a PRMT, an FADD and an FFMA there. The 2^64
+// keeps the products normal floats for |x| >= 2^-41 (smaller activations contribute below 1e-11
+// each and lose bits gradually) and cannot overflow for |x| < 2^63. Needs denormals kept
+// (no -ftz / fast math).
+LOOM_DEV float q4_dot1(const Chunk<kQ4_K>::Raw& r, const float* xv, const float* sx, const Q4Sel& sel) {
+    const uint32_t w4[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+    float a0 = 0.0f, a8 = 0.0f, b4 = 0.0f, b12 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t w = w4[i], u = w >> 16;
+        a0 = fmaf(__uint_as_float(w & 0xFu), xv[4 * i + 0], a0);
+        b4 = fmaf(__uint_as_float(w & 0xF0u), xv[16 + 4 * i + 0], b4);
+        a8 = fmaf(__uint_as_float(w & 0xF00u), xv[4 * i + 1], a8);
+        b12 = fmaf(__uint_as_float(w & 0xF000u), xv[16 + 4 * i + 1], b12);
+        a0 = fmaf(__uint_as_float(u & 0xFu), xv[4 * i + 2], a0);
+        b4 = fmaf(__uint_as_float(u & 0xF0u), xv[16 + 4 * i + 2], b4);
+        a8 = fmaf(__uint_as_float(u & 0xF00u), xv[4 * i + 3], a8);
+        b12 = fmaf(__uint_as_float(u & 0xF000u), xv[16 + 4 * i + 3], b12);
+    }
+    // With x' = x * 2^64: q0 = sum over run 0 of q x * 2^-77, q1 = sum over run 1 of q x * 2^-73.
+    const float q0 = fmaf(a0, 256.0f, a8);
+    const float q1 = fmaf(b4, 256.0f, b12);
+    const float d = h2f(static_cast<uint16_t>(r.h.x & 0xFFFFu));
+    const float dmin = h2f(static_cast<uint16_t>(r.h.x >> 16));
+    const uint32_t qs = __byte_perm(r.h.y, r.h.w, sel.sel_s);
+    const uint32_t qm = __byte_perm(r.h.z, r.h.w, sel.sel_m);
+    const uint32_t sc = (qs & sel.mask_a) | ((qs >> 18) & sel.mask_b);
+    const uint32_t mn = ((qm >> sel.shift_a) & sel.mask_a) | ((qm >> 18) & sel.mask_b);
+    const float dd = d * 0x1p73f;  // exact
+    const float t0 = dd * byte_as_float(sc, 0), t1 = dd * byte_as_float(sc, 1);
+    const float nmin = fmaf(dmin * byte_as_float(mn, 0), sx[0], dmin * byte_as_float(mn, 1) * sx[1]);
+    return fmaf(t0, q0 * 16.0f, fmaf(t1, q1, -nmin));
+}
+
+// Writes row `local` of segment s for activation vector b: a plain store or residual add, or
+// (seg_role, decode) RoPE on the pair (v, vp) where vp is the partner row's sum, and the q
+// store or K/V cache store at slots[b]'s position, as rope_store computes them.
+LOOM_DEV void store_row(const MatvecArgs& a, int s, int local, int b, float v, float vp) {
+    const int role = s == 0 ? a.seg_role[0] : s == 1 ? a.seg_role[1] : a.seg_role[2];
+    if (role == 0) {
+        float* y = seg_y(a, s) + b * a.y_stride + local;
+        if (a.mode == MvMode::Add) *y += v;
+        else *y = v;
+        return;
+    }
+    const SlotDesc& slot = a.slots[b];
+    const int pos = slot.pos;
+    float out = v;
+    const int i = local % a.head_dim;
+    if (role != 3 && i < a.rope_dim) {
+        const int half = a.rope_dim / 2, ip = i / 2;
+        const float cs = a.rope_cs[(int64_t{pos} * half + ip) * 2], sn = a.rope_cs[(int64_t{pos} * half + ip) * 2 + 1];
+        if ((i & 1) == 0) {
+            const float x0 = v, x1 = vp;
+            out = x0 * cs - x1 * sn;
+        } else {
+            const float x0 = vp, x1 = v;
+            out = x0 * sn + x1 * cs;
+        }
+    }
+    if (role == 1) {
+        seg_y(a, s)[b * a.y_stride + local] = out;
+    } else {
+        const int64_t off =
+            ((static_cast<int64_t>(a.layer) * 2 + (role == 2 ? 0 : 1)) * slot.cap + pos) * a.kv_dim + local;
+        if (a.kv_f16) static_cast<uint16_t*>(slot.kv)[off] = f2h(out);
+        else static_cast<float*>(slot.kv)[off] = out;
+    }
+}
+
 /// One block computes R weight rows (R/2 outputs in SwiGLU mode) for NB activation vectors.
 template <uint32_t T, int NB, int R>
 __global__ void __launch_bounds__(kMvThreads) matvec_kernel(MatvecArgs a) {
@@ -428,6 +534,8 @@ __global__ void __launch_bounds__(kMvThreads) matvec_kernel(MatvecArgs a) {
         for (int b = 0; b < NB; ++b) acc[r][b] = 0.0f;
 
     const int nch = C::count(a.cols);
+    Q4Sel q4s{};
+    if constexpr (T == kQ4_K) q4s = q4_sel((static_cast<int>(threadIdx.x) & 7) >> 1);  // c % 8 == t % 8
     for (int c = static_cast<int>(threadIdx.x); c < nch; c += kMvThreads) {
         typename C::Raw raw[R];
 #pragma unroll
@@ -438,6 +546,15 @@ __global__ void __launch_bounds__(kMvThreads) matvec_kernel(MatvecArgs a) {
                 float xv[C::kElems], sx[C::kRuns];
                 load_x<C>(a.x + b * a.x_stride, c, a.cols, xv, a.norm_w, a.norm_w ? s_scale[b] : 1.0f);
                 if constexpr (C::kSums) run_sums<C>(xv, sx);
+                if constexpr (T == kQ4_K) {
+                    if (!a.q4_magic) {  // the denormal-nibble dot product (q4_dot1)
+#pragma unroll
+                        for (int i = 0; i < C::kElems; ++i) xv[i] *= 0x1p64f;  // exact
+#pragma unroll
+                        for (int r = 0; r < R; ++r) acc[r][b] += q4_dot1(raw[r], xv, sx, q4s);
+                        continue;
+                    }
+                }
 #pragma unroll
                 for (int r = 0; r < R; ++r) acc[r][b] += chunk_dot<C>(raw[r], c, a.cols, xv, sx);
             }
@@ -472,13 +589,12 @@ __global__ void __launch_bounds__(kMvThreads) matvec_kernel(MatvecArgs a) {
         const int r = t / NB, b = t % NB;
         const int o = o0 + r;
         if (o < total && b < a.nb) {
-            float v = 0.0f;
+            float v = 0.0f, vp = 0.0f;
             for (int w = 0; w < kWarps; ++w) v += red[r * NB + b][w];
+            for (int w = 0; w < kWarps; ++w) vp += red[(r ^ 1) * NB + b][w];  // RoPE partner (o0 is even)
             int local;
             const int s = seg_of(a, o, local);
-            float* y = seg_y(a, s) + b * a.y_stride + local;
-            if (a.mode == MvMode::Add) *y += v;
-            else *y = v;
+            store_row(a, s, local, b, v, vp);
         }
     }
 }
@@ -504,11 +620,381 @@ void matvec_nb(const MatvecArgs& a, gpuStream_t s) {
     else launch_matvec<T, 8>(a, s);
 }
 
+// ---- single-vector matvec (decode of one sequence; opt-in, LOOM_GPU_MV1=1) ----------------
+//
+// An alternative to matvec_kernel for nb == 1: each block takes a contiguous range of rows (the
+// grid is sized to the resident capacity, one wave), stages the activation vector once in
+// shared memory (RMSNorm applied, per-16 sums for Q4_K's minimum term), and walks its rows R at
+// a time with the next item's weights already loading (double-buffered in registers); partial
+// sums are reduced per warp with shuffles and combined across warps once, in an epilogue that
+// can also apply RoPE and store K/V. With `pdl` it is a programmatic dependent launch that
+// loads its first weights before waiting for the previous kernel.
+//
+// Measured on the H200 (docs/benchmarks.md, 2026-11-30) it is slower than matvec_kernel: 4
+// resident blocks of 4 warps per SM (128 registers) with one item of prefetch leave most
+// cycles without an eligible warp (Nsight Compute: 52-68% "no eligible", loads outstanding),
+// where matvec_kernel's 3584 short blocks keep more loads in flight. It stays as a starting
+// point for a deeper pipeline (e.g. bulk copies into a shared-memory ring), not as a default.
+
+template <uint32_t T>
+struct Mv1Rows {
+    static constexpr int R = 4;
+};
+template <>
+struct Mv1Rows<kF16> {
+    static constexpr int R = 8;
+};
+template <>
+struct Mv1Rows<kBF16> {
+    static constexpr int R = 8;
+};
+template <>
+struct Mv1Rows<kQ6_K> {
+    static constexpr int R = 2;
+};
+
+/// Launch geometry of the single-vector kernel (computed on the host).
+struct Mv1Plan {
+    int units = 0;       ///< rows (Store/Add, over all segments) or outputs (SwiGLU)
+    int pairs = 0;       ///< (units + 1) / 2: blocks take even-aligned unit ranges
+    int nch = 0;         ///< chunks per row
+    int kc = 0;          ///< chunks per thread per row
+    int cols_pad = 0;    ///< staged activations (nch * elements per chunk, zero-padded)
+    int red_groups = 0;  ///< row groups of the largest block range
+};
+
+/// Sum over the warp of each of v[0..R-1] (R a power of two <= the warp): lane l returns the
+/// sum of v[l / (kWarp / R)]. R/2 + R/4 + ... + 1 exchanges halve the values each lane holds, then
+/// log2(kWarp / R) more finish the sums (R - 1 + log2(kWarp / R) shuffles instead of R log2 kWarp).
+template <int R>
+LOOM_DEV float warp_sum_rows(float (&v)[R], int lane) {
+    int m = kWarp / 2;
+#pragma unroll
+    for (int half = R / 2; half >= 1; half /= 2, m /= 2) {
+        const bool up = (lane & m) != 0;
+#pragma unroll
+        for (int i = 0; i < half; ++i) {
+            const float send = up ? v[i] : v[i + half];
+            const float keep = up ? v[i + half] : v[i];
+            v[i] = keep + shfl_xor(send, m);
+        }
+    }
+    float r = v[0];
+    for (; m >= 1; m /= 2) r += shfl_xor(r, m);
+    return r;
+}
+
+template <uint32_t T, int R>
+__global__ void __launch_bounds__(kMvThreads, 4) mv1_kernel(MatvecArgs a, Mv1Plan p) {
+    using C = Chunk<T>;
+    constexpr bool kQ4 = T == kQ4_K;
+    constexpr int kWarps = kMvThreads / kWarp;
+    pdl_trigger();
+    LOOM_DYN_SMEM(float, smem);
+    float* xs = smem;
+    float* sums = xs + p.cols_pad;
+    float* red = sums + (kQ4 ? p.cols_pad / 16 : 0);
+
+    const bool swiglu = a.mode == MvMode::SwiGLU;
+    const int per = swiglu ? R / 2 : R;  // units per row group
+    const int G = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+    const int u0 = min(2 * static_cast<int>(static_cast<int64_t>(b) * p.pairs / G), p.units);
+    const int u1 = min(2 * static_cast<int>(static_cast<int64_t>(b + 1) * p.pairs / G), p.units);
+    const int ngr = (u1 - u0 + per - 1) / per;
+    const int kc = p.kc, nch = p.nch, cols = a.cols;
+    const int t = static_cast<int>(threadIdx.x);
+    const int lane = t % kWarp, warp = t / kWarp;
+    const int nitems = ngr * kc;
+
+    // Row pointers of a row group, computed once per group; rows past the block's range point at
+    // the group's first row (loaded again, their sums never stored).
+    auto group_rows = [&](int gi, const uint8_t** w) {
+        const int o0 = u0 + gi * per;
+        if (swiglu) {
+            const size_t off = static_cast<size_t>(o0) * a.row_bytes;
+#pragma unroll
+            for (int r = 0; r < R / 2; ++r) {
+                const size_t ro = o0 + r < u1 ? off + static_cast<size_t>(r) * a.row_bytes : off;
+                w[r] = a.seg[0].w + ro;
+                w[r + R / 2] = a.seg[1].w + ro;
+            }
+            return;
+        }
+        int local;
+        const int s0 = seg_of(a, o0, local);
+        const int seg_rows = s0 == 0 ? a.seg[0].rows : s0 == 1 ? a.seg[1].rows : a.seg[2].rows;
+        const uint8_t* base = seg_w(a, s0) + static_cast<size_t>(local) * a.row_bytes;
+        if (local + R <= seg_rows) {  // the usual case: the group lies in one segment
+#pragma unroll
+            for (int r = 0; r < R; ++r) w[r] = o0 + r < u1 ? base + static_cast<size_t>(r) * a.row_bytes : base;
+            return;
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (o0 + r < u1) {
+                int lr;
+                const int sr = seg_of(a, o0 + r, lr);
+                w[r] = seg_w(a, sr) + static_cast<size_t>(lr) * a.row_bytes;
+            } else {
+                w[r] = base;
+            }
+        }
+    };
+    // Loads walk the items one ahead of the arithmetic: (group, chunk) cursors and pointers.
+    const uint8_t* lw[R];
+    int lg = 0, lk = 0;
+    auto load_next = [&](typename C::Raw* buf) {
+        if (lk == 0) group_rows(lg, lw);
+        const int c = t + kMvThreads * lk;
+        if (c < nch) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) C::load(lw[r], c, cols, buf[r]);
+        }
+        if (++lk == kc) lk = 0, ++lg;
+    };
+
+    typename C::Raw ra[R] = {}, rb[R] = {};
+    if (nitems > 0) load_next(ra);  // weights do not depend on the previous kernel
+    pdl_wait();
+
+    // Stage the activations (RMSNorm applied when norm_w is set, as rmsnorm() computes it).
+    const float* xg = a.x;
+    const bool vec = (cols & 3) == 0;
+    if (a.norm_w) {
+        __shared__ double s_red[kWarps];
+        __shared__ float s_scale;
+        double ss = 0;
+        if (vec) {
+            for (int i = t; i < cols / 4; i += kMvThreads) {
+                const float4 f = reinterpret_cast<const float4*>(xg)[i];
+                reinterpret_cast<float4*>(xs)[i] = f;
+                ss += static_cast<double>(f.x) * f.x + static_cast<double>(f.y) * f.y +
+                      static_cast<double>(f.z) * f.z + static_cast<double>(f.w) * f.w;
+            }
+        } else {
+            for (int i = t; i < cols; i += kMvThreads) {
+                const float f = xg[i];
+                xs[i] = f;
+                ss += static_cast<double>(f) * f;
+            }
+        }
+        ss = warp_sum_d(ss);
+        if (lane == 0) s_red[warp] = ss;
+        __syncthreads();
+        if (t == 0) {
+            double tot = 0;
+            for (int w = 0; w < kWarps; ++w) tot += s_red[w];
+            s_scale = static_cast<float>(1.0 / sqrt(tot / cols + static_cast<double>(a.norm_eps)));
+        }
+        __syncthreads();
+        const float scale = s_scale;
+        const float* nw = a.norm_w;
+        if (vec) {
+            for (int i = t; i < cols / 4; i += kMvThreads) {
+                float4 f = reinterpret_cast<float4*>(xs)[i];
+                const float4 g = reinterpret_cast<const float4*>(nw)[i];
+                f.x = f.x * scale * g.x, f.y = f.y * scale * g.y, f.z = f.z * scale * g.z, f.w = f.w * scale * g.w;
+                reinterpret_cast<float4*>(xs)[i] = f;
+            }
+        } else {
+            for (int i = t; i < cols; i += kMvThreads) xs[i] = xs[i] * scale * nw[i];
+        }
+    } else if (vec) {
+        for (int i = t; i < cols / 4; i += kMvThreads)
+            reinterpret_cast<float4*>(xs)[i] = reinterpret_cast<const float4*>(xg)[i];
+    } else {
+        for (int i = t; i < cols; i += kMvThreads) xs[i] = xg[i];
+    }
+    for (int i = cols + t; i < p.cols_pad; i += kMvThreads) xs[i] = 0.0f;
+    __syncthreads();
+    if constexpr (kQ4) {
+        for (int r = t; r < p.cols_pad / 16; r += kMvThreads) {
+            float sm = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) sm += xs[16 * r + i];
+            sums[r] = sm;
+        }
+        __syncthreads();
+        for (int i = t; i < p.cols_pad; i += kMvThreads) xs[i] *= 0x1p64f;  // exact
+        __syncthreads();
+    }
+
+    Q4Sel q4s{};
+    if constexpr (kQ4) q4s = q4_sel((t & 7) >> 1);
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+
+    int cg = 0, ck = 0;  // the arithmetic's cursor
+    auto compute_next = [&](const typename C::Raw* buf) {
+        const int c = t + kMvThreads * ck;
+        if (c < nch) {
+            float xv[C::kElems];
+#pragma unroll
+            for (int run = 0; run < C::kRuns; ++run) {
+                const int s0 = C::run_start(c, run);
+#pragma unroll
+                for (int i = 0; i < C::kRunLen; i += 4) {
+                    const float4 f = *reinterpret_cast<const float4*>(xs + s0 + i);
+                    float* o = xv + run * C::kRunLen + i;
+                    o[0] = f.x, o[1] = f.y, o[2] = f.z, o[3] = f.w;
+                }
+            }
+            if constexpr (kQ4) {
+                float sx[2];
+                sx[0] = sums[C::run_start(c, 0) / 16];
+                sx[1] = sums[C::run_start(c, 1) / 16];
+#pragma unroll
+                for (int r = 0; r < R; ++r) acc[r] += q4_dot1(buf[r], xv, sx, q4s);
+            } else if constexpr (C::kPlain) {  // staged activations are zero past cols
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float w[C::kElems];
+                    C::decode(buf[r], c, w);
+                    float sdot = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < C::kElems; ++i) sdot += w[i] * xv[i];
+                    acc[r] += sdot;
+                }
+            } else {
+#pragma unroll
+                for (int r = 0; r < R; ++r) acc[r] += C::dot(buf[r], c, xv, nullptr);
+            }
+        }
+        if (++ck == kc) {  // the group's last chunk: reduce its rows over the warp
+            const float v = warp_sum_rows<R>(acc, lane);
+            if (lane % (kWarp / R) == 0) red[(cg * R + lane / (kWarp / R)) * kWarps + warp] = v;
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+            ck = 0;
+            ++cg;
+        }
+    };
+
+    for (int it = 0; it < nitems; it += 2) {
+        if (it + 1 < nitems) load_next(rb);
+        compute_next(ra);
+        if (it + 2 < nitems) load_next(ra);
+        if (it + 1 < nitems) compute_next(rb);
+    }
+    __syncthreads();
+
+    // Epilogue: one thread per unit of the block's range.
+    auto row_sum = [&](int gi, int r) {
+        float v = 0.0f;
+        for (int w = 0; w < kWarps; ++w) v += red[(gi * R + r) * kWarps + w];
+        return v;
+    };
+    for (int j = t; j < u1 - u0; j += kMvThreads) {
+        const int gi = j / per, r = j - gi * per, o = u0 + j;
+        if (swiglu) {
+            const float g = row_sum(gi, r), u = row_sum(gi, r + per);
+            a.seg[0].y[o] = g / (1.0f + expf(-g)) * u;
+            continue;
+        }
+        const float v = row_sum(gi, r);
+        int local;
+        const int s = seg_of(a, o, local);
+        float vp = 0.0f;
+        const int role = s == 0 ? a.seg_role[0] : s == 1 ? a.seg_role[1] : a.seg_role[2];
+        if (role != 0) {  // RoPE partner (u0 is even)
+            const int jp = j ^ 1;
+            vp = row_sum(jp / per, jp - (jp / per) * per);
+        }
+        store_row(a, s, local, 0, v, vp);
+    }
+}
+
+int device_sm_count() {
+#if defined(LOOM_GPU_CUDA)
+    static const int n = [] {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            v = 0;
+        (void)cudaGetLastError();
+        return v > 0 ? v : 1;
+    }();
+    return n;
+#elif defined(LOOM_GPU_HIP)
+    static const int n = [] {
+        int dev = 0, v = 0;
+        if (hipGetDevice(&dev) != hipSuccess ||
+            hipDeviceGetAttribute(&v, hipDeviceAttributeMultiprocessorCount, dev) != hipSuccess)
+            v = 0;
+        (void)hipGetLastError();
+        return v > 0 ? v : 1;
+    }();
+    return n;
+#else
+    return 3;  // the emulator: a few blocks, each with several row groups
+#endif
+}
+
+template <class K>
+int resident_blocks(K k, size_t smem) {
+    int n = 0;
+#if defined(LOOM_GPU_CUDA)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kMvThreads, smem) != cudaSuccess) n = 1;
+    (void)cudaGetLastError();
+#elif defined(LOOM_GPU_HIP)
+    if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kMvThreads, smem) != hipSuccess) n = 1;
+    (void)hipGetLastError();
+#else
+    (void)k;
+    (void)smem;
+    n = 2;
+#endif
+    return n > 0 ? n : 1;
+}
+
+template <uint32_t T>
+void launch_mv1(const MatvecArgs& a, gpuStream_t s) {
+    constexpr int R = Mv1Rows<T>::R;
+    using C = Chunk<T>;
+    const bool swiglu = a.mode == MvMode::SwiGLU;
+    Mv1Plan p;
+    p.units = swiglu ? a.seg[0].rows : 0;
+    if (!swiglu)
+        for (int i = 0; i < a.nseg; ++i) p.units += a.seg[i].rows;
+    if (p.units <= 0) return;
+    p.pairs = (p.units + 1) / 2;
+    p.nch = (a.cols + C::kElems - 1) / C::kElems;
+    p.kc = (p.nch + kMvThreads - 1) / kMvThreads;
+    p.cols_pad = p.nch * C::kElems;
+    const int per = swiglu ? R / 2 : R;
+    constexpr int kWarps = kMvThreads / kWarp;
+    const size_t fixed = sizeof(float) * static_cast<size_t>(p.cols_pad + (T == kQ4_K ? p.cols_pad / 16 : 0));
+    auto k = mv1_kernel<T, R>;
+    auto smem_for = [&](int grid) {
+        const int most = 2 * ((p.pairs + grid - 1) / grid);
+        p.red_groups = (most + per - 1) / per;
+        return fixed + sizeof(float) * static_cast<size_t>(p.red_groups) * R * kWarps;
+    };
+    const int nsm = device_sm_count();
+    int grid = std::min(p.pairs, nsm * resident_blocks(k, smem_for(nsm * 4)));
+    size_t smem = smem_for(grid);
+    const int cap = nsm * resident_blocks(k, smem);
+    if (cap < grid) {
+        grid = cap;
+        smem = smem_for(grid);
+    }
+    if (smem > 48 * 1024) LOOM_GPU_CHECK(gpuFuncSetMaxDynamicSmem(k, static_cast<int>(smem)));
+    LOOM_LAUNCH_PDL(a.pdl, k, static_cast<unsigned>(grid), kMvThreads, smem, s, a, p);
+    LOOM_GPU_CHECK_LAUNCH();
+}
+
+template <uint32_t T>
+void matvec_t(const MatvecArgs& a, gpuStream_t s) {
+    if (a.single && a.nb == 1) launch_mv1<T>(a, s);
+    else matvec_nb<T>(a, s);
+}
+
 /// Row r of m (rows r0.. over gridDim.x, chunks over threads) dequantized to F16 or F32.
 template <uint32_t T, class Out>
 __global__ void __launch_bounds__(128) dequant_kernel(DevMatrix m, int64_t r0, const int32_t* tokens,
                                                       const SlotDesc* slots, Out* dst, int64_t ld) {
     using C = Chunk<T>;
+    pdl_trigger();
     int64_t row = r0 + blockIdx.x;
     if (slots) row = slots[blockIdx.x].token;
     else if (tokens) row = tokens[blockIdx.x];
@@ -576,12 +1062,12 @@ void launch_dequant(const DevMatrix& m, int64_t r0, int64_t n, const int32_t* to
 
 void matvec(const MatvecArgs& a, gpuStream_t s) {
     switch (a.type) {
-        case kF32: matvec_nb<kF32>(a, s); break;
-        case kF16: matvec_nb<kF16>(a, s); break;
-        case kBF16: matvec_nb<kBF16>(a, s); break;
-        case kQ8_0: matvec_nb<kQ8_0>(a, s); break;
-        case kQ4_K: matvec_nb<kQ4_K>(a, s); break;
-        case kQ6_K: matvec_nb<kQ6_K>(a, s); break;
+        case kF32: matvec_t<kF32>(a, s); break;
+        case kF16: matvec_t<kF16>(a, s); break;
+        case kBF16: matvec_t<kBF16>(a, s); break;
+        case kQ8_0: matvec_t<kQ8_0>(a, s); break;
+        case kQ4_K: matvec_t<kQ4_K>(a, s); break;
+        case kQ6_K: matvec_t<kQ6_K>(a, s); break;
         default: throw GpuError("matvec: unsupported type " + std::to_string(a.type));
     }
 }

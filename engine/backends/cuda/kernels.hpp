@@ -80,6 +80,25 @@ struct MatvecArgs {
     /// rmsnorm() computes it), so that no separate normalisation kernel runs in decode steps.
     const float* norm_w = nullptr;
     float norm_eps = 0.0f;
+    /// nb == 1 only: the single-vector kernel (k_matvec.cu, opt-in: slower on the H200 so far)
+    /// instead of the batched one.
+    bool single = false;
+    /// With `single`, on CUDA: a programmatic dependent launch (the kernel loads its first weights
+    /// before it waits for the previous kernel to finish).
+    bool pdl = false;
+    /// Decode steps (nb <= 8): what the epilogue does with each segment's rows instead of a
+    /// plain store: 0 store, 1 rotate by RoPE (adjacent pairs) and store (q), 2 rotate and write
+    /// to the K cache, 3 write to the V cache, at slots[b]'s position (as rope_store does).
+    int8_t seg_role[3] = {0, 0, 0};
+    /// Q4_K: the previous dot product (nibbles to floats through a magic-number add) instead
+    /// of the denormal-nibble one; both are exact per product (LOOM_GPU_Q4_MAGIC=1, for A/B runs).
+    bool q4_magic = false;
+    const SlotDesc* slots = nullptr;
+    const float* rope_cs = nullptr;
+    int layer = 0;
+    int head_dim = 0, rope_dim = 0;
+    int64_t kv_dim = 0;
+    bool kv_f16 = false;
 };
 void matvec(const MatvecArgs& a, gpuStream_t s);
 
@@ -143,8 +162,10 @@ void rope_store(float* qkv, int64_t ld, int rows, const AttnShape& sh, int layer
 /// Positions per split of attn_decode for this shape (64 or 128).
 int attn_decode_span(const AttnShape& sh);
 
+/// (attn_decode) pdl: its kernels as programmatic dependent launches (CUDA; the decode path of
+/// the opt-in single-vector matvec).
 void attn_decode(const float* q, int64_t q_ld, const SlotDesc* slots, int nb, int layer, const AttnShape& sh,
-                 int splits, float* part, float* att, int64_t att_ld, gpuStream_t s);
+                 int splits, float* part, float* att, int64_t att_ld, gpuStream_t s, bool pdl = false);
 
 /// Prefill attention, tiled and causal (FlashAttention's online softmax, Dao et al. 2022, with
 /// F32 arithmetic): query t (position slots[0].pos + t, t < T) attends to positions
