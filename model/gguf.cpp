@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -16,13 +17,18 @@ namespace loom::model {
 
 GgufError::GgufError(const std::string& what, uint64_t offset)
     : std::runtime_error("GGUF: " + what + " (at offset " + std::to_string(offset) + ")"),
-      offset_(offset) {}
+      offset_(offset),
+      message_(what) {}
 
 namespace {
 
 constexpr uint32_t kMaxDims = 4;        // GGML_MAX_DIMS
 constexpr int kMaxArrayNesting = 4;     // arrays of arrays deeper than this are refused
 constexpr uint64_t kMaxKeyLength = 65535;
+// Arrays of arrays cost a GgufValue (~150 bytes) per element while the file spends
+// as little as 8 bytes on one, so their total element count is capped to keep memory
+// proportional to nothing worse than this (no real model nests arrays).
+constexpr uint64_t kMaxNestedElements = uint64_t{1} << 16;
 
 // Bounds-checked little-endian reader over the file bytes.
 class Cursor {
@@ -31,6 +37,8 @@ public:
         : base_(base), size_(size), version_(version) {}
 
     uint64_t pos() const { return pos_; }
+    /// Bytes of a count or length field: 4 in GGUF v1, 8 from v2 on.
+    uint64_t size_bytes() const { return version_ == 1 ? 4 : 8; }
     uint64_t remaining() const { return size_ - pos_; }
 
     void need(uint64_t n, const char* what) const {
@@ -52,14 +60,18 @@ public:
     uint64_t read_size(const char* what) {
         return version_ == 1 ? read<uint32_t>(what) : read<uint64_t>(what);
     }
-    std::string_view read_string(const char* what, uint64_t max_len) {
+    // A length-prefixed string of at most max_len bytes; errors point at the length.
+    std::string_view read_string(const char* what, uint64_t max_len = UINT64_MAX) {
         const uint64_t at = pos_;
         const uint64_t n = read_size(what);
         if (n > max_len)
             throw GgufError(std::string(what) + " length " + std::to_string(n) + " exceeds limit " +
                                 std::to_string(max_len),
                             at);
-        need(n, what);
+        if (n > remaining())
+            throw GgufError(std::string(what) + " length " + std::to_string(n) + " exceeds the " +
+                                std::to_string(remaining()) + " bytes left",
+                            at);
         std::string_view s(reinterpret_cast<const char*>(base_ + pos_), n);
         pos_ += n;
         return s;
@@ -119,28 +131,29 @@ void read_scalar(Cursor& c, GgufType t, GgufValue& v) {
     }
 }
 
-void read_array_body(Cursor& c, GgufValue& v, int depth);
+void read_array_body(Cursor& c, GgufValue& v, int depth, uint64_t& nested_budget);
 
-void read_value(Cursor& c, GgufType t, GgufValue& v, int depth) {
+void read_value(Cursor& c, GgufType t, GgufValue& v, int depth, uint64_t& nested_budget) {
     const uint64_t at = c.pos();
     if (static_cast<uint32_t>(t) > 12)
         throw GgufError("unknown metadata value type " + std::to_string(static_cast<uint32_t>(t)),
                         at - 4);
     if (t == GgufType::STRING) {
         v.type = t;
-        v.s = c.read_string("string", c.remaining());
+        v.s = c.read_string("string");
         return;
     }
     if (t != GgufType::ARRAY) {
         read_scalar(c, t, v);
         return;
     }
-    read_array_body(c, v, depth);
+    read_array_body(c, v, depth, nested_budget);
 }
 
 // An array body: element type (u32), count, elements. Arrays of arrays nest bodies.
-void read_array_body(Cursor& c, GgufValue& v, int depth) {
-    if (depth >= kMaxArrayNesting) throw GgufError("arrays nested too deeply", c.pos());
+void read_array_body(Cursor& c, GgufValue& v, int depth, uint64_t& nested_budget) {
+    if (depth >= kMaxArrayNesting)
+        throw GgufError("arrays nested more than " + std::to_string(kMaxArrayNesting) + " deep", c.pos());
     v.type = GgufType::ARRAY;
     const uint64_t type_at = c.pos();
     const auto et = static_cast<GgufType>(c.read<uint32_t>("array element type"));
@@ -152,7 +165,7 @@ void read_array_body(Cursor& c, GgufValue& v, int depth) {
     v.count = c.read_size("array length");
     if (et == GgufType::STRING || et == GgufType::ARRAY) {
         // Each element takes at least its length field (or its type + length fields).
-        const uint64_t min_elem = et == GgufType::STRING ? 4 : 8;
+        const uint64_t min_elem = et == GgufType::STRING ? c.size_bytes() : 4 + c.size_bytes();
         if (v.count > c.remaining() / min_elem)
             throw GgufError("array of " + std::to_string(v.count) + " " + value_type_name(et) +
                                 " elements cannot fit in the " + std::to_string(c.remaining()) +
@@ -161,10 +174,15 @@ void read_array_body(Cursor& c, GgufValue& v, int depth) {
         if (et == GgufType::STRING) {
             v.strings.reserve(v.count);
             for (uint64_t k = 0; k < v.count; ++k)
-                v.strings.push_back(c.read_string("array string", c.remaining()));
+                v.strings.push_back(c.read_string("array string"));
         } else {
+            if (v.count > nested_budget)
+                throw GgufError("arrays of arrays hold more than " + std::to_string(kMaxNestedElements) +
+                                    " elements in all",
+                                count_at);
+            nested_budget -= v.count;
             v.nested.resize(v.count);
-            for (uint64_t k = 0; k < v.count; ++k) read_array_body(c, v.nested[k], depth + 1);
+            for (uint64_t k = 0; k < v.count; ++k) read_array_body(c, v.nested[k], depth + 1, nested_budget);
         }
         return;
     }
@@ -178,7 +196,8 @@ void read_array_body(Cursor& c, GgufValue& v, int depth) {
     if (et == GgufType::BOOL)
         for (uint64_t k = 0; k < v.count; ++k)
             if (v.elems[k] > 1)
-                throw GgufError("bool array element is not 0 or 1", count_at + 8 + k);
+                throw GgufError("bool array element " + std::to_string(k) + " is not 0 or 1",
+                                count_at + c.size_bytes() + k);
 }
 
 }  // namespace
@@ -265,7 +284,7 @@ GgufFile GgufFile::open(const std::string& path) {
     try {
         f.parse();
     } catch (const GgufError& err) {
-        throw GgufError(path + ": " + std::string(err.what()).substr(6), err.offset());
+        throw GgufError(path + ": " + err.message(), err.offset());
     }
     return f;
 }
@@ -293,7 +312,7 @@ void GgufFile::parse() {
     c0.skip(4, "magic");
     version_ = c0.read<uint32_t>("version");
     if (version_ == 0 || version_ > 3) {
-        if ((version_ & 0xFFFF) == 0)
+        if (version_ != 0 && (version_ & 0xFFFF) == 0)
             throw GgufError("version field " + std::to_string(version_) +
                                 " looks byte-swapped: big-endian GGUF files are not supported",
                             4);
@@ -320,29 +339,37 @@ void GgufFile::parse() {
                         nt_at);
 
     kv_.reserve(n_kv);
+    std::unordered_set<std::string_view> keys;
+    uint64_t nested_budget = kMaxNestedElements;
     for (uint64_t k = 0; k < n_kv; ++k) {
         const uint64_t key_at = c.pos();
         std::string_view key = c.read_string("metadata key", kMaxKeyLength);
         if (key.empty()) throw GgufError("empty metadata key", key_at);
+        if (!keys.insert(key).second) throw GgufError("duplicate metadata key '" + std::string(key) + "'", key_at);
         const auto t = static_cast<GgufType>(c.read<uint32_t>("metadata value type"));
+        const uint64_t value_at = c.pos();
         GgufValue v;
-        read_value(c, t, v, 0);
+        read_value(c, t, v, 0, nested_budget);
+        if (key == "general.alignment") {
+            // The spec: a uint32, a multiple of 8; ggml: a power of two. Rows of F32/F16
+            // tensors are then aligned for their element type.
+            const auto n = v.as_int();
+            if (v.type != GgufType::U32 || !n || *n < 8 || (*n & (*n - 1)) != 0 || *n > (1 << 20))
+                throw GgufError("general.alignment must be a u32 power of two from 8 to 1 MiB", value_at);
+            alignment_ = static_cast<uint64_t>(*n);
+        }
         kv_.emplace_back(key, std::move(v));
     }
 
-    if (const GgufValue* a = find("general.alignment")) {
-        auto n = a->as_int();
-        if (!n || *n <= 0 || (*n & (*n - 1)) != 0 || *n > (1 << 20))
-            throw GgufError("general.alignment must be a power of two up to 1 MiB", 0);
-        alignment_ = static_cast<uint64_t>(*n);
-    }
-
     tensors_.reserve(n_tensors);
+    std::vector<uint64_t> offset_at;  // file offset of each tensor's offset field
+    offset_at.reserve(n_tensors);
     std::unordered_set<std::string_view> names;
     for (uint64_t k = 0; k < n_tensors; ++k) {
         const uint64_t info_at = c.pos();
         GgufTensor t;
         t.name = c.read_string("tensor name", kMaxKeyLength);
+        if (t.name.empty()) throw GgufError("empty tensor name", info_at);
         if (!names.insert(t.name).second)
             throw GgufError("duplicate tensor name '" + std::string(t.name) + "'", info_at);
         const uint64_t nd_at = c.pos();
@@ -357,7 +384,7 @@ void GgufFile::parse() {
             const uint64_t dim = c.read_size("tensor dimension");
             if (dim == 0)
                 throw GgufError("tensor '" + std::string(t.name) + "' has a zero dimension", d_at);
-            if (n > std::numeric_limits<int64_t>::max() / dim)
+            if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / dim)
                 throw GgufError("tensor '" + std::string(t.name) +
                                     "' dimensions overflow 63 bits when multiplied",
                                 d_at);
@@ -379,15 +406,15 @@ void GgufFile::parse() {
                             info_at);
         const uint64_t blocks = n / tr->block_size;
         if (blocks > std::numeric_limits<uint64_t>::max() / tr->type_size)
-            throw GgufError("tensor '" + std::string(t.name) + "' byte size overflows", info_at);
+            throw GgufError("tensor '" + std::string(t.name) + "' byte size overflows 64 bits", info_at);
         t.nbytes = blocks * tr->type_size;
-        const uint64_t off_at = c.pos();
+        offset_at.push_back(c.pos());
         t.offset = c.read<uint64_t>("tensor offset");
         if (t.offset % alignment_ != 0)
             throw GgufError("tensor '" + std::string(t.name) + "' data offset " +
                                 std::to_string(t.offset) + " is not a multiple of the alignment " +
                                 std::to_string(alignment_),
-                            off_at);
+                            offset_at.back());
         tensors_.push_back(std::move(t));
     }
 
@@ -400,14 +427,28 @@ void GgufFile::parse() {
                             ", past the end of the " + std::to_string(size_) + "-byte file",
                         end);
     const uint64_t data_size = size_ - data_offset_;
-    for (GgufTensor& t : tensors_) {
+    for (size_t k = 0; k < tensors_.size(); ++k) {
+        GgufTensor& t = tensors_[k];
         if (t.offset > data_size || t.nbytes > data_size - t.offset)
             throw GgufError("tensor '" + std::string(t.name) + "' data [" +
                                 std::to_string(data_offset_ + t.offset) + ", +" +
                                 std::to_string(t.nbytes) + ") lies outside the " +
                                 std::to_string(size_) + "-byte file",
-                            data_offset_ + t.offset);
+                            offset_at[k]);
         t.data = base_ + data_offset_ + t.offset;
+    }
+    // No two tensors may share bytes: a writer bug or a crafted file.
+    std::vector<size_t> order(tensors_.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors_[a].offset < tensors_[b].offset; });
+    for (size_t k = 1; k < order.size(); ++k) {
+        const GgufTensor& a = tensors_[order[k - 1]];
+        const GgufTensor& b = tensors_[order[k]];
+        if (a.offset + a.nbytes > b.offset)
+            throw GgufError("tensor '" + std::string(b.name) + "' data at " + std::to_string(data_offset_ + b.offset) +
+                                " overlaps tensor '" + std::string(a.name) + "' [" +
+                                std::to_string(data_offset_ + a.offset) + ", +" + std::to_string(a.nbytes) + ")",
+                            offset_at[order[k]]);
     }
 }
 

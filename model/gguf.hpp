@@ -22,11 +22,15 @@ namespace loom::model {
 /// where the problem was found; what() names the problem and that offset.
 class GgufError : public std::runtime_error {
 public:
+    /// what() becomes "GGUF: <what> (at offset <offset>)".
     GgufError(const std::string& what, uint64_t offset);
     uint64_t offset() const noexcept { return offset_; }
+    /// The problem alone, without the "GGUF: " prefix and the offset.
+    const std::string& message() const noexcept { return message_; }
 
 private:
     uint64_t offset_;
+    std::string message_;
 };
 
 /// gguf_metadata_value_type, as written in the file (uint32).
@@ -76,8 +80,13 @@ struct GgufTensor {
 
 /// A parsed GGUF file. Construction validates the header, every key/value pair and
 /// every tensor-info record: counts and lengths are bounded by the bytes that
-/// remain, dimension products must not overflow, rows must hold whole blocks, data
-/// must be aligned and lie inside the file. Tensor data are not read.
+/// remain (so no allocation exceeds a small multiple of the file size), keys and
+/// tensor names are unique and non-empty, arrays nest at most 4 deep (65536 nested
+/// elements in all), tensors have 1..4 non-zero dimensions whose product fits 63
+/// bits, a known type id and rows of whole blocks, general.alignment is a u32 power
+/// of two from 8 to 1 MiB, and tensor data are aligned, inside the file and do not
+/// overlap. Tensor data are not read. Every refusal is a GgufError naming the
+/// problem and the file offset of the field at fault.
 class GgufFile {
 public:
     /// Maps and parses the file at `path`. Throws GgufError (malformed) or
