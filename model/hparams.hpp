@@ -33,13 +33,16 @@ struct HParams {
     float rms_eps = 1e-5f;
     // RoPE frequency scaling (Llama 3.1 style "llama3" is expressed through the
     // rope_freqs.weight tensor; linear scaling through rope.scaling.factor).
-    std::string rope_scaling;  ///< "", "none", "linear", "yarn", ...
-    float rope_scale = 1.0f;   ///< linear position scale factor
+    std::string rope_scaling = "none";  ///< "none" or "linear" (others are refused)
+    float rope_scale = 1.0f;            ///< positions are multiplied by this (1 / linear factor)
 
     /// Reads and checks the hyperparameters. n_vocab comes from `<arch>.vocab_size`
     /// or, when absent, from the token list. Throws ModelError when a required key
     /// is missing or the shape is inconsistent (e.g. n_head not divisible by
-    /// n_head_kv); never for an unknown architecture (the backend decides that).
+    /// n_head_kv), when rope.freq_base or the RMS epsilon is not a positive number,
+    /// or when `<arch>.rope.scaling.type` asks for a scaling other than none/linear
+    /// (e.g. "yarn" with a factor > 1), naming it; never for an unknown architecture
+    /// (the backend decides that).
     static HParams from_gguf(const GgufFile& f);
 };
 

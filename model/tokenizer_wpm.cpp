@@ -8,13 +8,19 @@
 // "foo" where BERT has "##foo"), is cut greedily into the longest vocabulary pieces;
 // a word that cannot be cut completely becomes the unknown token.
 //
-// Character classes come from PCRE2's Unicode tables, lower-casing from the C library's
-// C.UTF-8 locale. Not reproduced: llama.cpp also replaces each precomposed character by
-// the first character of its NFD decomposition ("ü" -> "u"), which needs Unicode
-// decomposition data that neither library exposes; accented letters therefore stay as
-// they are (and usually end up as the unknown token).
+// Before that, as llama.cpp does (unicode_cpts_normalize_nfd), every code point is
+// replaced by the first code point of its canonical (NFD) decomposition, which strips
+// the accents of precomposed letters ("ü" -> "u", "ệ" -> "e") and maps Hangul
+// syllables to their leading jamo. This differs from BERT's strip_accents (NFD, then
+// drop every nonspacing mark) only for marks that arrive already decomposed or that
+// are not accents (e.g. Thai vowel signs): llama.cpp, and so this tokenizer, keep them.
+//
+// Character classes come from PCRE2's Unicode tables, decompositions from ICU
+// (Normalizer2, NFD data), lower-casing from the C library's C.UTF-8 locale.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
 
 #include <algorithm>
 #include <locale.h>
@@ -93,6 +99,37 @@ void append_utf8(std::string& out, uint32_t cp) {
     }
 }
 
+/// `valid` (well-formed UTF-8) with each code point replaced by the first code point
+/// of its canonical decomposition (see the file comment). Unchanged when ICU's NFD
+/// data cannot be loaded.
+std::string fold_to_nfd_base(std::string_view valid) {
+    static const icu::Normalizer2* nfd = [] {
+        UErrorCode status = U_ZERO_ERROR;
+        const icu::Normalizer2* n = icu::Normalizer2::getNFDInstance(status);
+        return U_SUCCESS(status) ? n : nullptr;
+    }();
+    std::string out;
+    out.reserve(valid.size());
+    for (size_t k = 0; k < valid.size();) {
+        const auto b = static_cast<unsigned char>(valid[k]);
+        const size_t n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+        if (n == 1 || !nfd) {  // nothing below U+00C0 decomposes canonically
+            out.append(valid.substr(k, n));
+            k += n;
+            continue;
+        }
+        uint32_t cp = n == 2 ? (b & 0x1Fu) : n == 3 ? (b & 0x0Fu) : (b & 0x07u);
+        for (size_t j = 1; j < n && k + j < valid.size(); ++j)
+            cp = (cp << 6) | (static_cast<unsigned char>(valid[k + j]) & 0x3Fu);
+        icu::UnicodeString d;
+        if (cp >= 0xC0 && nfd->getDecomposition(static_cast<UChar32>(cp), d) && d.length() > 0)
+            cp = static_cast<uint32_t>(d.char32At(0));
+        append_utf8(out, cp);
+        k += n;
+    }
+    return out;
+}
+
 /// Appends `valid` (well-formed UTF-8) to `out`, lower-cased.
 void append_lower(std::string& out, std::string_view valid) {
     for (size_t k = 0; k < valid.size();) {
@@ -158,7 +195,7 @@ protected:
 private:
     /// BERT's basic tokenization of `raw` into lower-cased words.
     std::vector<std::string> words(std::string_view raw) const {
-        const std::string text = valid_utf8(raw);
+        const std::string text = fold_to_nfd_base(valid_utf8(raw));
         std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(
             pcre2_match_data_create_from_pattern(classes_.get(), nullptr));
         if (!md) throw std::bad_alloc();

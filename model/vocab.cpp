@@ -101,7 +101,12 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
     v.eom = special_id(f, "tokenizer.ggml.eom_token_id", n, kNoToken);
     v.pad = special_id(f, "tokenizer.ggml.padding_token_id", n, kNoToken);
     v.sep = special_id(f, "tokenizer.ggml.seperator_token_id", n, kNoToken);
-    v.add_bos = flag(f, "tokenizer.ggml.add_bos_token", spm);
+    // Without an add_bos_token key, SentencePiece vocabularies add BOS, and so do BPE
+    // ones with Llama 3's pre-tokenizer (llama.cpp's LLAMA_VOCAB_PRE_TYPE_LLAMA3
+    // branch: pre = llama3, llama-v3, llama-bpe or falcon3).
+    const bool llama3_pre = v.kind == VocabKind::Bpe && (v.pre == "llama3" || v.pre == "llama-v3" ||
+                                                         v.pre == "llama-bpe" || v.pre == "falcon3");
+    v.add_bos = flag(f, "tokenizer.ggml.add_bos_token", spm || llama3_pre);
     v.add_eos = flag(f, "tokenizer.ggml.add_eos_token", false);
     v.add_space_prefix = flag(f, "tokenizer.ggml.add_space_prefix", spm);
     v.chat_template = f.get_string("tokenizer.chat_template");

@@ -47,6 +47,9 @@ struct Vocab {
 
     int32_t bos = kNoToken, eos = kNoToken, eot = kNoToken, eom = kNoToken;
     int32_t unk = kNoToken, pad = kNoToken, sep = kNoToken;
+    /// From tokenizer.ggml.add_bos_token etc.; when that key is absent, add_bos is true
+    /// for "llama" (SentencePiece) vocabularies and for BPE ones whose pre-tokenizer is
+    /// Llama 3's ("llama3", "llama-v3", "llama-bpe", "falcon3"), as in llama.cpp.
     bool add_bos = false, add_eos = false, add_space_prefix = true;
     std::vector<int32_t> eog;  ///< end-of-generation ids: eos, eot, eom and known end markers
     std::string chat_template;  ///< tokenizer.chat_template, "" when absent
