@@ -1,14 +1,19 @@
 // CPU forward pass for llama-family models; see cpu_backend.hpp.
 #include "engine/backends/cpu/cpu_backend.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <initializer_list>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
 #include "engine/backends/cpu/llama_weights.hpp"
 #include "engine/backends/cpu/matvec.hpp"
+#include "engine/backends/cpu/ops.hpp"
 #include "engine/backends/cpu/thread_pool.hpp"
 #include "model/quant.hpp"
 #include "model/vocab.hpp"
@@ -17,65 +22,50 @@ namespace loom::cpu {
 namespace {
 
 constexpr int64_t kChunk = 32;  // prefill tokens per forward pass (bounds activation memory)
+// A loop runs on several threads only when each thread's share is at least this many
+// multiply-adds (~20-50 us): below that, waking a worker costs more than it saves.
+constexpr int64_t kParallelMacs = 1 << 18;
 
+// Threads by default: the CPUs this process may run on (its affinity mask, which
+// containers and taskset narrow), else the machine's hardware threads.
+int default_threads() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// One sequence's KV cache: per layer, capacity rows of kv_dim floats for K and for V.
+// The rows are allocated uninitialized, so the pages of positions not yet reached are
+// never touched and do not count towards resident memory.
 class CpuSequence final : public engine::Sequence {
 public:
-    CpuSequence(int64_t capacity, int n_layer, int64_t kv_dim)
-        : capacity(capacity), k(static_cast<size_t>(n_layer)), v(static_cast<size_t>(n_layer)) {
+    CpuSequence(int64_t capacity, int n_layer, int64_t kv_dim) : capacity(capacity) {
         for (int l = 0; l < n_layer; ++l) {
-            k[static_cast<size_t>(l)].resize(static_cast<size_t>(capacity * kv_dim));
-            v[static_cast<size_t>(l)].resize(static_cast<size_t>(capacity * kv_dim));
+            k.emplace_back(new float[static_cast<size_t>(capacity * kv_dim)]);
+            v.emplace_back(new float[static_cast<size_t>(capacity * kv_dim)]);
         }
     }
     void advance(int64_t n) { n_past_ += n; }
 
     int64_t capacity;
-    std::vector<std::vector<float>> k, v;  // [layer][pos * kv_dim + j]
-    std::vector<float> logits;             // last position's logits [n_vocab]
+    std::vector<std::unique_ptr<float[]>> k, v;  // [layer][pos * kv_dim + j]
+    std::vector<float> logits;                   // last position's logits [n_vocab]
 };
 
-void rmsnorm(float* out, const float* x, const float* w, int64_t n, float eps) {
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-    const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
-    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
-}
-
-// Causal attention of one query over n_kv cached positions in F32: scores
-// q.k * scale, softmax around the maximum (sum in double), weighted sum of V.
-// q: [hd]; K, V: rows of stride `stride` floats; out: [hd].
-void attend(const float* q, const float* K, const float* V, int64_t stride, int64_t n_kv, int64_t hd, float scale,
-            float* out) {
-    thread_local std::vector<float> sc;
-    sc.resize(static_cast<size_t>(n_kv));
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < n_kv; ++j) {
-        const float* kk = K + j * stride;
-        float s = 0;
-        for (int64_t e = 0; e < hd; ++e) s += q[e] * kk[e];
-        sc[static_cast<size_t>(j)] = s * scale;
-        mx = std::max(mx, sc[static_cast<size_t>(j)]);
-    }
-    double sum = 0;
-    for (int64_t j = 0; j < n_kv; ++j) {
-        sc[static_cast<size_t>(j)] = std::exp(sc[static_cast<size_t>(j)] - mx);
-        sum += sc[static_cast<size_t>(j)];
-    }
-    std::fill_n(out, hd, 0.0f);
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < n_kv; ++j) {
-        const float* vv = V + j * stride;
-        const float p = sc[static_cast<size_t>(j)] * inv;
-        for (int64_t e = 0; e < hd; ++e) out[e] += p * vv[e];
-    }
-}
+// One product of a fused matmul: Y[t][r] = W.row(r) . X[t].
+struct Product {
+    const Matrix* W;
+    float* Y;
+};
 
 class CpuBackend final : public engine::Backend {
 public:
     CpuBackend(model::GgufFile file, const CpuOptions& opts, const std::string& path)
         : file_(std::move(file)),
           w_(LlamaWeights::bind(file_)),
-          pool_(opts.threads > 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency())) {
+          pool_(opts.threads > 0 ? opts.threads : default_threads()),
+          rope_(w_.hp.head_dim, w_.hp.rope_dim, w_.hp.rope_base, w_.hp.rope_scale, w_.rope_freqs, w_.neox_rope) {
         const auto& hp = w_.hp;
         const model::Vocab vocab = model::Vocab::from_gguf(file_);
         if (vocab.size() > hp.n_vocab)
@@ -133,30 +123,24 @@ public:
     }
 
 private:
-    // Y[t][r] = W.row(r) . X[t] for t < T (X: [T][W.cols], Y: [T][W.rows]).
-    void matmul(const Matrix& W, const float* X, int64_t T, float* Y) {
-        const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, W.cols * T));
-        pool_.parallel_for(W.rows, grain, [&](int64_t r0, int64_t r1) {
-            for (int64_t r = r0; r < r1; ++r) dot_row_multi(W.type, W.row(r), W.cols, X, W.cols, T, Y + r, W.rows);
-        });
-    }
-
-    void rope(float* vecs, int64_t n_heads, int64_t pos) {
-        const auto& hp = w_.hp;
-        const int64_t half = hp.rope_dim / 2;
-        for (int64_t i = 0; i < half; ++i) {
-            double theta = static_cast<double>(pos) * hp.rope_scale *
-                           std::pow(static_cast<double>(hp.rope_base), -2.0 * static_cast<double>(i) / hp.rope_dim);
-            if (!w_.rope_freqs.empty()) theta /= w_.rope_freqs[static_cast<size_t>(i)];
-            const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
-            for (int64_t h = 0; h < n_heads; ++h) {
-                float* v = vecs + h * hp.head_dim;
-                const int64_t a = w_.neox_rope ? i : 2 * i, b = w_.neox_rope ? i + half : 2 * i + 1;
-                const float x0 = v[a], x1 = v[b];
-                v[a] = x0 * c - x1 * s;
-                v[b] = x0 * s + x1 * c;
+    // Y_k[t][r] = W_k.row(r) . X[t] for every product k (all W_k have X's width) and
+    // t < T, as one parallel loop over the rows of all of them (one barrier, not one
+    // per matrix). Each row is decoded once for all T vectors (dot_row_multi).
+    void matmul(std::initializer_list<Product> products, const float* X, int64_t T) {
+        int64_t total = 0;
+        const int64_t cols = products.begin()->W->cols;
+        for (const Product& p : products) total += p.W->rows;
+        const int64_t grain = std::max<int64_t>(1, kParallelMacs / std::max<int64_t>(1, cols * T));
+        pool_.parallel_for(total, grain, [&](int64_t r0, int64_t r1) {
+            int64_t base = 0;
+            for (const Product& p : products) {
+                const Matrix& W = *p.W;
+                const int64_t a = std::max(r0, base), b = std::min(r1, base + W.rows);
+                for (int64_t r = a; r < b; ++r)
+                    dot_row_multi(W.type, W.row(r - base), W.cols, X, W.cols, T, p.Y + (r - base), W.rows);
+                base += W.rows;
             }
-        }
+        });
     }
 
     void forward(CpuSequence& seq, std::span<const int32_t> toks, bool all_logits) {
@@ -173,51 +157,55 @@ private:
         att_.resize(static_cast<size_t>(T * nq));
         g_.resize(static_cast<size_t>(T * ff));
         u_.resize(static_cast<size_t>(T * ff));
+        rope_.prepare(p0, T);
 
         for (int64_t t = 0; t < T; ++t)
             model::dequantize_row(w_.tok_embd.type, w_.tok_embd.row(toks[static_cast<size_t>(t)]), &x_[t * d], d);
 
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        // Attention work per (position, head) is about (p0 + t) * hd multiply-adds.
+        const int64_t att_grain = std::max<int64_t>(1, kParallelMacs / std::max<int64_t>(1, (p0 + T) * hd * 2));
         for (size_t l = 0; l < w_.layers.size(); ++l) {
             const LayerWeights& L = w_.layers[l];
             // Attention block.
             for (int64_t t = 0; t < T; ++t) rmsnorm(&xb_[t * d], &x_[t * d], L.attn_norm.data(), d, hp.rms_eps);
-            matmul(L.wq, xb_.data(), T, q_.data());
-            matmul(L.wk, xb_.data(), T, k_.data());
-            matmul(L.wv, xb_.data(), T, v_.data());
+            matmul({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xb_.data(), T);
+            float* K = seq.k[l].get();
+            float* V = seq.v[l].get();
             for (int64_t t = 0; t < T; ++t) {
-                for (int64_t i = 0; i < static_cast<int64_t>(L.bq.size()); ++i) q_[t * nq + i] += L.bq[i];
-                for (int64_t i = 0; i < static_cast<int64_t>(L.bk.size()); ++i) k_[t * nkv + i] += L.bk[i];
-                for (int64_t i = 0; i < static_cast<int64_t>(L.bv.size()); ++i) v_[t * nkv + i] += L.bv[i];
+                float* q = &q_[t * nq];
+                float* k = &k_[t * nkv];
+                float* v = &v_[t * nkv];
+                for (int64_t i = 0; i < static_cast<int64_t>(L.bq.size()); ++i) q[i] += L.bq[i];
+                for (int64_t i = 0; i < static_cast<int64_t>(L.bk.size()); ++i) k[i] += L.bk[i];
+                for (int64_t i = 0; i < static_cast<int64_t>(L.bv.size()); ++i) v[i] += L.bv[i];
                 if (!L.q_norm.empty()) {
-                    for (int64_t h = 0; h < hp.n_head; ++h)
-                        rmsnorm(&q_[t * nq + h * hd], &q_[t * nq + h * hd], L.q_norm.data(), hd, hp.rms_eps);
+                    for (int64_t h = 0; h < hp.n_head; ++h) rmsnorm(q + h * hd, q + h * hd, L.q_norm.data(), hd, hp.rms_eps);
                     for (int64_t h = 0; h < hp.n_head_kv; ++h)
-                        rmsnorm(&k_[t * nkv + h * hd], &k_[t * nkv + h * hd], L.k_norm.data(), hd, hp.rms_eps);
+                        rmsnorm(k + h * hd, k + h * hd, L.k_norm.data(), hd, hp.rms_eps);
                 }
-                rope(&q_[t * nq], hp.n_head, p0 + t);
-                rope(&k_[t * nkv], hp.n_head_kv, p0 + t);
-                std::copy_n(&k_[t * nkv], nkv, &seq.k[l][static_cast<size_t>((p0 + t) * nkv)]);
-                std::copy_n(&v_[t * nkv], nkv, &seq.v[l][static_cast<size_t>((p0 + t) * nkv)]);
+                rope_.apply(q, hp.n_head, t);
+                rope_.apply(k, hp.n_head_kv, t);
+                std::copy_n(k, nkv, K + (p0 + t) * nkv);
+                std::copy_n(v, nkv, V + (p0 + t) * nkv);
             }
-            const float* K = seq.k[l].data();
-            const float* V = seq.v[l].data();
-            pool_.parallel_for(T * hp.n_head, 1, [&](int64_t i0, int64_t i1) {
+            pool_.parallel_for(T * hp.n_head, att_grain, [&](int64_t i0, int64_t i1) {
+                thread_local std::vector<float> scores;
+                scores.resize(static_cast<size_t>(p0 + T));
                 for (int64_t i = i0; i < i1; ++i) {
                     const int64_t t = i / hp.n_head, h = i % hp.n_head, kvh = h / group;
                     attend(&q_[t * nq + h * hd], K + kvh * hd, V + kvh * hd, nkv, p0 + t + 1, hd, scale,
-                           &att_[t * nq + h * hd]);
+                           &att_[t * nq + h * hd], scores.data());
                 }
             });
-            matmul(L.wo, att_.data(), T, xb_.data());
+            matmul({{&L.wo, xb_.data()}}, att_.data(), T);
             for (int64_t i = 0; i < T * d; ++i) x_[i] += xb_[i];
 
             // Feed-forward block: down(silu(gate(x)) * up(x)).
             for (int64_t t = 0; t < T; ++t) rmsnorm(&xb_[t * d], &x_[t * d], L.ffn_norm.data(), d, hp.rms_eps);
-            matmul(L.gate, xb_.data(), T, g_.data());
-            matmul(L.up, xb_.data(), T, u_.data());
+            matmul({{&L.gate, g_.data()}, {&L.up, u_.data()}}, xb_.data(), T);
             for (int64_t i = 0; i < T * ff; ++i) g_[i] = g_[i] / (1.0f + std::exp(-g_[i])) * u_[i];
-            matmul(L.down, g_.data(), T, xb_.data());
+            matmul({{&L.down, xb_.data()}}, g_.data(), T);
             for (int64_t i = 0; i < T * d; ++i) x_[i] += xb_[i];
         }
         seq.advance(T);
@@ -226,13 +214,14 @@ private:
         const int64_t first = all_logits ? 0 : T - 1, rows = T - first;
         for (int64_t t = 0; t < rows; ++t) rmsnorm(&xb_[t * d], &x_[(first + t) * d], w_.output_norm.data(), d, hp.rms_eps);
         logits_.resize(static_cast<size_t>(rows * info_.n_vocab));
-        matmul(w_.output, xb_.data(), rows, logits_.data());
+        matmul({{&w_.output, logits_.data()}}, xb_.data(), rows);
     }
 
     model::GgufFile file_;
     LlamaWeights w_;
     engine::ModelInfo info_;
     ThreadPool pool_;
+    Rope rope_;
     int64_t kv_dim_ = 0;
     engine::SamplerScratch scratch_;
     std::vector<float> x_, xb_, q_, k_, v_, att_, g_, u_, logits_;

@@ -15,7 +15,7 @@
 namespace loom::cpu {
 
 struct CpuOptions {
-    int threads = 0;      ///< 0: one per hardware thread
+    int threads = 0;      ///< worker threads; 0: one per CPU this process may use (affinity mask)
     int32_t n_ctx = 0;    ///< 0: the model's training context
 };
 

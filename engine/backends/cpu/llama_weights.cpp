@@ -65,11 +65,14 @@ std::vector<float> opt_vec(const GgufFile& f, const std::string& name, int64_t n
 
 LlamaWeights LlamaWeights::bind(const GgufFile& f) {
     LlamaWeights w;
-    w.hp = model::HParams::from_gguf(f);
-    const auto& hp = w.hp;
-    const std::string& arch = hp.arch;
+    // The architecture first, so that an unknown one is refused by name rather than
+    // for a missing `<arch>.*` key.
+    const std::string arch = f.get_string("general.architecture");
+    if (arch.empty()) throw ModelError("the GGUF has no general.architecture key");
     if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3")
         throw ModelError("unsupported architecture '" + arch + "' (supported: llama, mistral, qwen2, qwen3)");
+    w.hp = model::HParams::from_gguf(f);
+    const auto& hp = w.hp;
     w.neox_rope = arch == "qwen2" || arch == "qwen3";
 
     const int64_t d = hp.n_embd, hd = hp.head_dim, nq = int64_t{hp.n_head} * hd, nkv = int64_t{hp.n_head_kv} * hd;

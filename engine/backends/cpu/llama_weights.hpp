@@ -25,6 +25,8 @@ struct Matrix {
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 
+/// One transformer block's weights: matrices stay in the mapped file, the small F32
+/// vectors (norms, biases) are decoded copies.
 struct LayerWeights {
     std::vector<float> attn_norm;          ///< [n_embd]
     Matrix wq, wk, wv, wo;                 ///< [n_head*hd x n_embd], [n_kv*hd x n_embd] x2, [n_embd x n_head*hd]
@@ -34,6 +36,8 @@ struct LayerWeights {
     Matrix gate, up, down;                 ///< [n_ff x n_embd] x2, [n_embd x n_ff]
 };
 
+/// Every weight of a llama-family model, bound to the mapped GGUF (which must outlive
+/// it), with the hyperparameters they were checked against.
 struct LlamaWeights {
     model::HParams hp;
     bool neox_rope = false;          ///< rotate (i, i + d/2) pairs instead of (2i, 2i + 1)
@@ -44,8 +48,10 @@ struct LlamaWeights {
     std::vector<LayerWeights> layers;
 
     /// Binds the tensors of `f`. Throws model::ModelError naming the architecture when
-    /// it is not llama/mistral/qwen2/qwen3, naming the tensor when one is missing, has
-    /// the wrong shape, or has a type the CPU backend cannot multiply.
+    /// it is not llama/mistral/qwen2/qwen3 (before reading any `<arch>.*` key), naming
+    /// the key when a hyperparameter is missing or invalid (model::HParams), naming the
+    /// tensor when one is missing, has the wrong shape, or has a type the CPU backend
+    /// cannot multiply.
     static LlamaWeights bind(const model::GgufFile& f);
 };
 

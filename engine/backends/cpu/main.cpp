@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     opts.add_options()
         ("help,h", "print this help and exit")
         ("model,m", po::value(&model), "GGUF model file (required)")
-        ("threads,t", po::value(&threads)->default_value(0), "worker threads (0: one per hardware thread)")
+        ("threads,t", po::value(&threads)->default_value(0), "worker threads (0: one per CPU this process may use)")
         ("ctx,c", po::value(&ctx)->default_value(0), "context length in tokens (0: the model's training context)")
         ("parallel,p", po::value(&parallel)->default_value(4), "requests decoded together; more wait in line");
     po::variables_map vm;

@@ -1,0 +1,56 @@
+// The element-wise and attention operations of the CPU forward pass, in F32.
+//
+// Sources: RMSNorm (Zhang & Sennrich 2019), rotary position embeddings (Su et al.
+// 2021; GGUF/llama.cpp conventions for the pair layout and rope_freqs.weight), scaled
+// dot-product attention with a numerically stable softmax (Vaswani et al. 2017).
+// Loops are written in fixed 8-float lanes so that GCC vectorizes them without
+// -ffast-math; every result depends only on the inputs (not on threads or timing).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace loom::cpu {
+
+/// out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] for i < n (out may alias x). The sum
+/// of squares is taken in double.
+void rmsnorm(float* out, const float* x, const float* w, int64_t n, float eps);
+
+/// sum a[i] * b[i] for i < n in F32, over 8 lanes summed by a fixed tree.
+float dot_f32(const float* a, const float* b, int64_t n);
+
+/// Rotary position embedding, with cos/sin of every rotated pair precomputed once per
+/// position (not per layer or head).
+///
+/// Pair i < rope_dim / 2 of each head of head_dim floats rotates by angle
+/// theta = pos * pos_scale * base^(-2i / rope_dim) / freq_div[i] (freq_div: Llama
+/// 3.1's rope_freqs.weight, or 1), in double, rounded to F32 cos/sin. The pair is
+/// (2i, 2i + 1) normally and (i, i + rope_dim / 2) in "NEOX" order (qwen2, qwen3).
+class Rope {
+public:
+    /// Throws std::invalid_argument when rope_dim is odd or exceeds head_dim, or when
+    /// freq_div is neither empty nor rope_dim / 2 long.
+    Rope(int64_t head_dim, int64_t rope_dim, double base, double pos_scale, std::vector<float> freq_div, bool neox);
+
+    /// Computes the tables for positions p0 .. p0 + n - 1 (kept until the next call).
+    void prepare(int64_t p0, int64_t n);
+    /// Rotates n_heads consecutive heads at `vecs` by the angles of position p0 + t.
+    void apply(float* vecs, int64_t n_heads, int64_t t) const;
+
+private:
+    int64_t head_dim_, half_;
+    double base_, pos_scale_;
+    std::vector<float> freq_div_;
+    bool neox_;
+    std::vector<double> inv_freq_;   // [half]: base^(-2i/rope_dim) / freq_div[i]
+    std::vector<float> cos_, sin_;   // [n][half]
+};
+
+/// Causal attention of one query over n_kv cached positions: scores q.k * scale,
+/// softmax around the maximum (sum in double), weighted sum of V.
+/// q: [hd]; K, V: n_kv rows of hd floats, `stride` floats apart; out: [hd];
+/// scratch: at least n_kv floats.
+void attend(const float* q, const float* K, const float* V, int64_t stride, int64_t n_kv, int64_t hd, float scale,
+            float* out, float* scratch);
+
+}  // namespace loom::cpu
