@@ -1,0 +1,285 @@
+// An independent float64 forward pass for llama-family GGUFs, for tests.
+//
+// Written from the architecture papers, not from loom's backend: naive loops, double
+// everywhere, the KV history kept as plain vectors. It reads hyperparameters straight
+// from the GGUF keys (not through model::HParams) and shares only the GGUF reader and
+// model::dequantize_row (itself checked block by block in tests/unit/quants.cpp) with
+// the engine. Covers llama/mistral (RoPE on pairs (2i, 2i+1)), qwen2 (q/k/v biases)
+// and qwen3 (per-head RMSNorm of q and k before RoPE), which rotate pairs
+// (i, i + rope_dim/2) ("NEOX" order), Llama 3.1's rope_freqs.weight divisors, linear
+// RoPE scaling (rope.scaling.type = linear, positions divided by the factor) and tied
+// output embeddings (no output.weight).
+//
+// Sources: Llama (Touvron et al. 2023), RMSNorm (Zhang & Sennrich 2019), RoFormer
+// (Su et al. 2021), GQA (Ainslie et al. 2023), SwiGLU (Shazeer 2020), Qwen2/Qwen3
+// technical reports, GGUF spec (ggml/docs/gguf.md) for the key and tensor names.
+//
+// RefRounding optionally emulates the rounding of the implementation that produced
+// shared/reference/*.json, to explain (not to define) loom's distance from it:
+//   f16_attention: q, K and V rounded to F16, attention's weighted V summed in F16
+//     by an online softmax (flash-attention style: accumulator rescaled when a new
+//     maximum arrives, each update rounded to F16);
+//   quantized_activations: the input of every product with a weight of type T is
+//     rounded as that implementation does: F16 -> F16, BF16 -> BF16, 32-block types ->
+//     8-bit blocks of 32 (scale max|x|/127 stored as F16), 256-block types -> 8-bit
+//     blocks of 256 (scale max|x|/127 in F32).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "model/ggml_types.hpp"
+#include "model/gguf.hpp"
+#include "model/quant.hpp"
+
+namespace loom::test {
+
+struct RefRounding {
+    bool f16_attention = false;
+    bool quantized_activations = false;
+};
+
+class F64Model {
+public:
+    explicit F64Model(const model::GgufFile& f, RefRounding r = {}) : f_(f), r_(r) {
+        arch_ = f.get_string("general.architecture");
+        const std::string a = arch_ + ".";
+        L_ = static_cast<int>(f.get_int(a + "block_count", 0));
+        d_ = static_cast<int>(f.get_int(a + "embedding_length", 0));
+        H_ = static_cast<int>(f.get_int(a + "attention.head_count", 0));
+        KV_ = static_cast<int>(f.get_int(a + "attention.head_count_kv", H_));
+        hd_ = static_cast<int>(f.get_int(a + "attention.key_length", d_ / std::max(H_, 1)));
+        rope_dim_ = static_cast<int>(f.get_int(a + "rope.dimension_count", hd_));
+        base_ = f.get_float(a + "rope.freq_base", 10000.0);
+        eps_ = f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5);
+        // Linear scaling divides positions by the factor; the type defaults to linear
+        // and the factor's older key is rope.scale_linear (llama.cpp's reading).
+        const double factor = f.get_float(a + "rope.scaling.factor", f.get_float(a + "rope.scale_linear", 0.0));
+        if (f.get_string(a + "rope.scaling.type", "linear") == "linear" && factor > 0) pos_div_ = factor;
+        neox_ = arch_ == "qwen2" || arch_ == "qwen3";
+        if (f.tensor("rope_freqs.weight")) freqs_ = w("rope_freqs.weight");
+        out_name_ = f.tensor("output.weight") ? "output.weight" : "token_embd.weight";
+        n_vocab_ = static_cast<int>(f.tensor(out_name_)->dims[1]);
+    }
+
+    int n_vocab() const { return n_vocab_; }
+
+    /// Log-softmax over the vocabulary after each token of `seq` from index from-1 on:
+    /// row k is the distribution of the token at position from + k.
+    std::vector<std::vector<double>> run(const std::vector<int32_t>& seq, size_t from) {
+        std::vector<std::vector<std::vector<double>>> K(static_cast<size_t>(L_)), V(static_cast<size_t>(L_));
+        std::vector<std::vector<double>> result;
+        const auto& emb = w("token_embd.weight");
+        for (size_t p = 0; p < seq.size(); ++p) {
+            std::vector<double> x(emb.begin() + static_cast<long>(seq[p]) * d_,
+                                  emb.begin() + (static_cast<long>(seq[p]) + 1) * d_);
+            for (int l = 0; l < L_; ++l) layer(l, x, p, K[static_cast<size_t>(l)], V[static_cast<size_t>(l)]);
+            if (p + 1 < from) continue;
+            auto logits = mv(out_name_, rms(x, w("output_norm.weight")));
+            const double mx = *std::max_element(logits.begin(), logits.end());
+            double z = 0;
+            for (double v : logits) z += std::exp(v - mx);
+            for (double& v : logits) v -= mx + std::log(z);
+            result.push_back(std::move(logits));
+        }
+        return result;
+    }
+
+private:
+    // Tensor `name` as doubles (dequantized once, then cached).
+    const std::vector<double>& w(const std::string& name) {
+        auto it = cache_.find(name);
+        if (it != cache_.end()) return it->second;
+        const model::GgufTensor* t = f_.tensor(name);
+        if (!t) throw std::runtime_error("f64 reference: no tensor " + name);
+        std::vector<float> tmp(t->n_elements());
+        const auto row = static_cast<int64_t>(t->dims[0]);
+        const size_t rb = model::row_bytes(t->type, row);
+        for (uint64_t r = 0; r < t->n_rows(); ++r)
+            model::dequantize_row(t->type, t->data + r * rb, tmp.data() + r * static_cast<uint64_t>(row), row);
+        return cache_[name] = std::vector<double>(tmp.begin(), tmp.end());
+    }
+    bool has(const std::string& name) const { return f_.tensor(name) != nullptr; }
+
+    // y = W x for the tensor `name` stored [rows][cols], with the optional rounding
+    // of x that the reference applies for W's type.
+    std::vector<double> mv(const std::string& name, std::vector<double> x) {
+        if (r_.quantized_activations) round_activations(f_.tensor(name)->type, x);
+        const auto& W = w(name);
+        const size_t cols = x.size(), rows = W.size() / cols;
+        std::vector<double> y(rows, 0.0);
+        for (size_t r = 0; r < rows; ++r) {
+            const double* wr = W.data() + r * cols;
+            double s[4] = {0, 0, 0, 0};  // 4 partial sums: vectorizable, and order is immaterial in double
+            size_t c = 0;
+            for (; c + 4 <= cols; c += 4)
+                for (size_t l = 0; l < 4; ++l) s[l] += wr[c + l] * x[c + l];
+            for (; c < cols; ++c) s[0] += wr[c] * x[c];
+            y[r] = (s[0] + s[1]) + (s[2] + s[3]);
+        }
+        return y;
+    }
+
+    static double f16(double v) { return model::fp16_to_fp32(model::fp32_to_fp16(static_cast<float>(v))); }
+
+    static void round_activations(uint32_t type, std::vector<double>& x) {
+        using model::GgmlType;
+        const auto t = static_cast<GgmlType>(type);
+        if (t == GgmlType::F32) return;
+        if (t == GgmlType::F16) {
+            for (double& v : x) v = f16(v);
+            return;
+        }
+        if (t == GgmlType::BF16) {
+            for (double& v : x) v = model::bf16_to_fp32(model::fp32_to_bf16(static_cast<float>(v)));
+            return;
+        }
+        const uint32_t bs = model::type_traits(type)->block_size;
+        for (size_t b = 0; b < x.size(); b += bs) {
+            float amax = 0, mx = 0;
+            for (size_t j = b; j < b + bs; ++j) {
+                const float v = static_cast<float>(x[j]);
+                if (std::fabs(v) > amax) amax = std::fabs(v), mx = v;
+            }
+            if (amax == 0) continue;
+            if (bs == 32) {  // 8-bit blocks of 32, F16 scale
+                const float d = amax / 127.0f, id = 1.0f / d;
+                const double dh = f16(d);
+                for (size_t j = b; j < b + bs; ++j) x[j] = dh * std::nearbyint(static_cast<float>(x[j]) * id);
+            } else {  // 8-bit blocks of 256, F32 scale
+                const float iscale = -127.0f / mx;
+                const double d = 1.0f / iscale;
+                for (size_t j = b; j < b + bs; ++j)
+                    x[j] = d * std::min(127.0, static_cast<double>(std::nearbyint(iscale * static_cast<float>(x[j]))));
+            }
+        }
+    }
+
+    std::vector<double> rms(const std::vector<double>& x, const std::vector<double>& g, size_t off = 0,
+                            size_t n = 0) const {
+        if (n == 0) n = x.size();
+        double ss = 0;
+        for (size_t i = 0; i < n; ++i) ss += x[off + i] * x[off + i];
+        const double s = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps_);
+        std::vector<double> y(n);
+        for (size_t i = 0; i < n; ++i) y[i] = x[off + i] * s * g[i];
+        return y;
+    }
+
+    void rope(std::vector<double>& v, size_t pos) const {
+        const int half = rope_dim_ / 2;
+        for (size_t h = 0; h < v.size() / static_cast<size_t>(hd_); ++h)
+            for (int i = 0; i < half; ++i) {
+                double th = static_cast<double>(pos) / pos_div_ * std::pow(base_, -2.0 * i / rope_dim_);
+                if (!freqs_.empty()) th /= freqs_[static_cast<size_t>(i)];
+                const size_t a = h * static_cast<size_t>(hd_) + static_cast<size_t>(neox_ ? i : 2 * i);
+                const size_t b = a + (neox_ ? static_cast<size_t>(half) : 1);
+                const double x0 = v[a], x1 = v[b];
+                v[a] = x0 * std::cos(th) - x1 * std::sin(th);
+                v[b] = x0 * std::sin(th) + x1 * std::cos(th);
+            }
+    }
+
+    void add_bias(std::vector<double>& v, const std::string& name) {
+        if (!has(name)) return;
+        const auto& b = w(name);
+        for (size_t i = 0; i < v.size(); ++i) v[i] += b[i];
+    }
+
+    void head_norm(std::vector<double>& v, const std::string& name) {
+        if (!has(name)) return;
+        const auto& g = w(name);
+        for (size_t h = 0; h < v.size() / static_cast<size_t>(hd_); ++h) {
+            auto y = rms(v, g, h * static_cast<size_t>(hd_), static_cast<size_t>(hd_));
+            std::copy(y.begin(), y.end(), v.begin() + static_cast<long>(h) * hd_);
+        }
+    }
+
+    // Attention of head h's query over positions 0..p, into out[h*hd ...].
+    void attend(const std::vector<double>& q, const std::vector<std::vector<double>>& K,
+                const std::vector<std::vector<double>>& V, int h, std::vector<double>& out) const {
+        const int kh = h / (H_ / KV_);
+        const size_t qo = static_cast<size_t>(h) * static_cast<size_t>(hd_), ko = static_cast<size_t>(kh * hd_);
+        const double scale = 1.0 / std::sqrt(static_cast<double>(hd_));
+        std::vector<double> sc(K.size());
+        for (size_t j = 0; j < K.size(); ++j) {
+            double s = 0;
+            for (int e = 0; e < hd_; ++e) s += q[qo + static_cast<size_t>(e)] * K[j][ko + static_cast<size_t>(e)];
+            sc[j] = s * scale;
+        }
+        if (!r_.f16_attention) {
+            const double mx = *std::max_element(sc.begin(), sc.end());
+            double z = 0;
+            for (double& s : sc) z += (s = std::exp(s - mx));
+            for (size_t j = 0; j < K.size(); ++j)
+                for (int e = 0; e < hd_; ++e)
+                    out[qo + static_cast<size_t>(e)] += sc[j] / z * V[j][ko + static_cast<size_t>(e)];
+            return;
+        }
+        // Online softmax with an F16 accumulator (scores in F32).
+        std::vector<double> acc(static_cast<size_t>(hd_), 0.0);
+        float M = -INFINITY, S = 0;
+        for (size_t j = 0; j < K.size(); ++j) {
+            const float s = static_cast<float>(sc[j]);
+            float ms = 1, vs = 1;
+            if (s > M) {
+                const float old = M;
+                M = s;
+                ms = std::exp(old - M);
+                for (double& a : acc) a = f16(a * ms);
+            } else {
+                vs = std::exp(s - M);
+            }
+            for (int e = 0; e < hd_; ++e)
+                acc[static_cast<size_t>(e)] = f16(acc[static_cast<size_t>(e)] + V[j][ko + static_cast<size_t>(e)] * vs);
+            S = S * ms + vs;
+        }
+        for (int e = 0; e < hd_; ++e) out[qo + static_cast<size_t>(e)] = acc[static_cast<size_t>(e)] / S;
+    }
+
+    void layer(int l, std::vector<double>& x, size_t p, std::vector<std::vector<double>>& K,
+               std::vector<std::vector<double>>& V) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        auto xb = rms(x, w(b + "attn_norm.weight"));
+        auto q = mv(b + "attn_q.weight", xb), k = mv(b + "attn_k.weight", xb), v = mv(b + "attn_v.weight", xb);
+        add_bias(q, b + "attn_q.bias");
+        add_bias(k, b + "attn_k.bias");
+        add_bias(v, b + "attn_v.bias");
+        head_norm(q, b + "attn_q_norm.weight");
+        head_norm(k, b + "attn_k_norm.weight");
+        rope(q, p);
+        rope(k, p);
+        if (r_.f16_attention) {
+            for (double& e : q) e = f16(e);
+            for (double& e : k) e = f16(e);
+            for (double& e : v) e = f16(e);
+        }
+        K.push_back(k);
+        V.push_back(v);
+        std::vector<double> att(q.size(), 0.0);
+        for (int h = 0; h < H_; ++h) attend(q, K, V, h, att);
+        auto o = mv(b + "attn_output.weight", att);
+        for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+        xb = rms(x, w(b + "ffn_norm.weight"));
+        auto g = mv(b + "ffn_gate.weight", xb), u = mv(b + "ffn_up.weight", xb);
+        for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+        auto dn = mv(b + "ffn_down.weight", g);
+        for (size_t i = 0; i < x.size(); ++i) x[i] += dn[i];
+    }
+
+    const model::GgufFile& f_;
+    RefRounding r_;
+    std::string arch_, out_name_;
+    int L_ = 0, d_ = 0, H_ = 0, KV_ = 0, hd_ = 0, rope_dim_ = 0, n_vocab_ = 0;
+    double base_ = 10000, eps_ = 1e-5, pos_div_ = 1;
+    bool neox_ = false;
+    std::vector<double> freqs_;
+    std::map<std::string, std::vector<double>> cache_;
+};
+
+}  // namespace loom::test
