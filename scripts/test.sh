@@ -19,4 +19,23 @@ scripts/build.sh build-asan -DLOOM_SANITIZE=ON -DLOOM_SHARED_DIR="$shared" -DCMA
 echo "== tests (ASan + UBSan) =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
+# ---- fuzz ------------------------------------------------------------------------
+# The GGUF reader (and hparams, vocabulary, tokenizers, tensor binding on files that
+# parse) under libFuzzer + ASan + UBSan for a bounded time. Seeds: the real files in
+# shared/models (linked, not copied); new inputs go to build-fuzz/corpus.
+fuzz_seconds="${LOOM_FUZZ_SECONDS:-60}"
+echo "== fuzz: GGUF reader, ${fuzz_seconds} s (libFuzzer) =="
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_FUZZ=ON \
+  -DLOOM_SHARED_DIR="$shared" >/dev/null
+ninja -C build-fuzz -j "$jobs" loom-fuzz-gguf
+mkdir -p build-fuzz/corpus build-fuzz/seeds
+for f in stories260K.gguf TinyStories-656K-Q8_0.gguf TinyStories-656K-Q3_K_M.gguf llama-2-tiny-random.gguf \
+         legacy/tinyllamas-stories-260k-f32.gguf legacy/tinyllamas-stories-260k-q8_0.gguf \
+         vocab/ggml-vocab-bert-bge.gguf vocab/ggml-vocab-gpt-2.gguf vocab/ggml-vocab-llama-spm.gguf; do
+  ln -sf "$shared/models/$f" "build-fuzz/seeds/$(basename "$f")"
+done
+build-fuzz/bin/loom-fuzz-gguf -max_total_time="$fuzz_seconds" -max_len=1800000 -rss_limit_mb=2048 -timeout=30 \
+  -dict=tests/fuzz/gguf.dict -print_final_stats=1 build-fuzz/corpus build-fuzz/seeds
+# ---- end fuzz --------------------------------------------------------------------
+
 echo "== all tests passed =="
