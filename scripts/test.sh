@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test: installs dependencies, builds, runs CTest; then builds again with
-# AddressSanitizer + UndefinedBehaviorSanitizer and runs CTest once more.
+# Runs every test: installs dependencies, builds (with loom-engine-cuda and its CPU
+# emulator when nvcc is present), runs CTest; builds again with AddressSanitizer +
+# UndefinedBehaviorSanitizer and runs CTest once more; compiles loom-engine-hip with
+# hipcc; fuzzes the GGUF reader for a bounded time.
 # The tests read the shared models at ../shared (beside the repository), or at
 # $LOOM_SHARED_DIR.
 set -euo pipefail
@@ -9,8 +11,14 @@ LOOM_WITH_TEST_TOOLS=1 scripts/install-deps.sh
 shared="${LOOM_SHARED_DIR:-$(cd .. && pwd)/shared}"
 jobs="${LOOM_JOBS:-$(nproc)}"
 
+cuda=()
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  cuda=(-DLOOM_CUDA=ON)  # compiles loom-engine-cuda for sm_90a; its kernels also run on the CPU emulator
+else
+  echo "test: no nvcc found: loom-engine-cuda is not compiled"
+fi
 echo "== build (Release) =="
-scripts/build.sh build -DLOOM_SHARED_DIR="$shared"
+scripts/build.sh build -DLOOM_SHARED_DIR="$shared" "${cuda[@]}"
 echo "== tests (Release) =="
 ctest --test-dir build --output-on-failure -j "$jobs"
 
@@ -19,6 +27,11 @@ scripts/build.sh build-asan -DLOOM_SANITIZE=ON -DLOOM_SHARED_DIR="$shared" -DCMA
 echo "== tests (ASan + UBSan) =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
+echo "== build loom-engine-hip (hipcc, ${LOOM_HIP_ARCH:-gfx90a}; compile only: no AMD GPU here) =="
+cmake -S . -B build-hip -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_HIP=ON -DLOOM_BUILD_TESTS=OFF \
+  -DLOOM_HIP_ARCH="${LOOM_HIP_ARCH:-gfx90a}" >/dev/null
+ninja -C build-hip -j "$jobs" loom-engine-hip
+
 # ---- fuzz ------------------------------------------------------------------------
 # The GGUF reader (and hparams, vocabulary, tokenizers, tensor binding on files that
 # parse) under libFuzzer + ASan + UBSan for a bounded time. Seeds: the real files in
