@@ -90,16 +90,6 @@ private:
     uint64_t pos_ = 0;
 };
 
-uint64_t scalar_size(GgufType t) {
-    switch (t) {
-        case GgufType::U8: case GgufType::I8: case GgufType::BOOL: return 1;
-        case GgufType::U16: case GgufType::I16: return 2;
-        case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
-        case GgufType::U64: case GgufType::I64: case GgufType::F64: return 8;
-        default: return 0;
-    }
-}
-
 const char* value_type_name(GgufType t) {
     static const char* names[] = {"u8",  "i8",  "u16",   "i16",   "u32", "i32", "f32",
                                   "bool", "string", "array", "u64", "i64", "f64"};
@@ -186,7 +176,7 @@ void read_array_body(Cursor& c, GgufValue& v, int depth, uint64_t& nested_budget
         }
         return;
     }
-    const uint64_t es = scalar_size(et);
+    const uint64_t es = gguf_scalar_size(et);
     if (v.count > c.remaining() / es)
         throw GgufError("array of " + std::to_string(v.count) + " " + value_type_name(et) +
                             " elements exceeds the " + std::to_string(c.remaining()) +
@@ -229,7 +219,7 @@ std::vector<double> GgufValue::numbers() const {
     std::vector<double> out;
     if (type != GgufType::ARRAY || elems == nullptr) return out;
     out.resize(count);
-    const uint64_t es = scalar_size(elem_type);
+    const uint64_t es = gguf_scalar_size(elem_type);
     for (uint64_t k = 0; k < count; ++k) {
         const uint8_t* p = elems + k * es;
         switch (elem_type) {

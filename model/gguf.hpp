@@ -39,6 +39,19 @@ enum class GgufType : uint32_t {
     STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
 };
 
+/// Width in bytes of one value of scalar type t (1, 2, 4 or 8, as the GGUF specification
+/// stores them); 0 for STRING, ARRAY and ids outside the enum. Shared by the reader and
+/// the writer (gguf_writer.hpp).
+constexpr uint64_t gguf_scalar_size(GgufType t) {
+    switch (t) {
+        case GgufType::U8: case GgufType::I8: case GgufType::BOOL: return 1;
+        case GgufType::U16: case GgufType::I16: return 2;
+        case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
+        case GgufType::U64: case GgufType::I64: case GgufType::F64: return 8;
+        default: return 0;
+    }
+}
+
 /// One metadata value. Scalars are decoded; strings are views into the mapping.
 /// Arrays keep their element type and count; numeric elements stay in the file and
 /// are decoded on access, string elements are indexed as views.

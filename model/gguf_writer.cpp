@@ -29,17 +29,6 @@ void put_string(std::vector<uint8_t>& out, const std::string& s) {
     out.insert(out.end(), s.begin(), s.end());
 }
 
-// Width in bytes of a scalar element type; 0 for STRING, ARRAY and unknown ids.
-size_t elem_width(GgufType t) {
-    switch (t) {
-        case GgufType::U8: case GgufType::I8: case GgufType::BOOL: return 1;
-        case GgufType::U16: case GgufType::I16: return 2;
-        case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
-        case GgufType::U64: case GgufType::I64: case GgufType::F64: return 8;
-        default: return 0;
-    }
-}
-
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 template <class T>
@@ -97,7 +86,7 @@ void GgufWriter::add_string(const std::string& key, const std::string& v) {
 }
 
 void GgufWriter::add_array(const std::string& key, GgufType elem_type, const void* elems, uint64_t count) {
-    const size_t w = elem_width(elem_type);
+    const size_t w = gguf_scalar_size(elem_type);
     if (w == 0)
         throw std::invalid_argument("add_array takes numeric or bool elements; use add_string_array for strings");
     if (count > std::numeric_limits<uint64_t>::max() / w) throw std::invalid_argument("array too large");

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "model/utf8.hpp"
 #include "model/vocab.hpp"
 
 namespace loom::model {
@@ -165,24 +166,6 @@ bool find_next(const pcre2_code* code, const char* subject, size_t len, size_t s
 }
 
 // ---- the text as PCRE2 sees it -------------------------------------------------
-
-void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-}
 
 /// Valid UTF-8 with exactly one code point per "unit" of the input. A unit is what
 /// llama.cpp's decoder reads as one character: a well-formed sequence by its lead

@@ -7,11 +7,10 @@
 #include <queue>
 
 #include "model/tokenizer.hpp"
+#include "model/utf8.hpp"
 
 namespace loom::model {
 namespace {
-
-constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 size_t utf8_len(unsigned char c) {
     if (c < 0x80) return 1;
@@ -49,23 +48,14 @@ protected:
             int hi = hex_digit(t[3]), lo = hex_digit(t[4]);
             if (hi >= 0 && lo >= 0) return std::string(1, static_cast<char>(hi * 16 + lo));
         }
-        std::string out;
-        for (size_t k = 0; k < t.size();) {
-            if (t.compare(k, kSpace.size(), kSpace) == 0) {
-                out += ' ';
-                k += kSpace.size();
-            } else {
-                out += t[k++];
-            }
-        }
-        return out;
+        return spaces_from_markers(t);
     }
 
     void encode_fragment(std::string_view raw, bool after_special, std::vector<int32_t>& out) const override {
         std::string text;
-        if (vocab_.add_space_prefix && after_special) text = kSpace;
+        if (vocab_.add_space_prefix && after_special) text = kSpaceMarker;
         for (char c : raw) {
-            if (c == ' ') text += kSpace;
+            if (c == ' ') text += kSpaceMarker;
             else text += c;
         }
         Session(*this, text).run(out);

@@ -29,11 +29,10 @@
 
 #include "model/pretokenizer.hpp"
 #include "model/tokenizer.hpp"
+#include "model/utf8.hpp"
 
 namespace loom::model {
 namespace {
-
-constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, the word-initial marker
 
 // One character per match: group 1 White_Space (ASCII ones by hand, as PCRE2's UCP \s
 // would add U+180E), group 2 characters BERT drops, group 3 characters that stand alone.
@@ -79,24 +78,6 @@ private:
 const LowerCase& lower_case() {
     static const LowerCase lc;
     return lc;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
 }
 
 /// `valid` (well-formed UTF-8) with each code point replaced by the first code point
@@ -176,16 +157,7 @@ protected:
     std::string piece_bytes(int32_t id) const override {
         // "▁" marks a word start: it decodes as a space (llama.cpp's token_to_piece).
         const std::string& t = vocab_.tokens[static_cast<size_t>(id)];
-        std::string out;
-        for (size_t k = 0; k < t.size();) {
-            if (t.compare(k, kSpace.size(), kSpace) == 0) {
-                out += ' ';
-                k += kSpace.size();
-            } else {
-                out += t[k++];
-            }
-        }
-        return out;
+        return spaces_from_markers(t);
     }
 
     void encode_fragment(std::string_view text, bool, std::vector<int32_t>& out) const override {
@@ -229,7 +201,7 @@ private:
 
     /// Greedy longest-match-first cut of one word into vocabulary pieces.
     void encode_word(const std::string& word, std::vector<int32_t>& out) const {
-        const std::string w = std::string(kSpace) + word;
+        const std::string w = std::string(kSpaceMarker) + word;
         const size_t start = out.size();
         for (size_t i = 0; i < w.size();) {
             size_t j = std::min(w.size(), i + max_len_);
