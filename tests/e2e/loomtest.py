@@ -133,6 +133,26 @@ class Gateway:
         return self.proc.returncode
 
 
+class GatewayTestCase(unittest.TestCase):
+    """A TestCase whose tests share one Gateway, self.gw: started on the class attribute
+    gateway_model (a GGUF path) with gateway_args (extra loom-gateway arguments) before
+    the class's first test and stopped after its last. setUpClass raises RuntimeError when the
+    gateway does not start or its engine does not become ready; tearDownClass raises
+    AssertionError when the gateway reported a sanitizer error (Gateway.stop)."""
+
+    gateway_model = None
+    gateway_args = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.gw = Gateway(cls.gateway_model, *cls.gateway_args)
+        cls.gw.wait_ready()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.stop()
+
+
 def wait_until(predicate, timeout=30, what="a condition"):
     """Polls predicate() every 20 ms until it returns a true value, which is returned."""
     deadline = time.time() + timeout

@@ -24,15 +24,9 @@ def msgs(text="Hi"):
     return [{"role": "user", "content": text}]
 
 
-class Errors(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.gw = Gateway(MODEL, "--max-body", "65536")
-        cls.gw.wait_ready()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.gw.stop()
+class Errors(loomtest.GatewayTestCase):
+    gateway_model = MODEL
+    gateway_args = ("--max-body", "65536")
 
     def check_error(self, status, body, want_status, param="any", code="any"):
         self.assertEqual(status, want_status, body)
@@ -215,15 +209,8 @@ class Errors(unittest.TestCase):
         self.assertEqual(self.gw.get("/health")[0], 200)
 
 
-class Endpoints(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.gw = Gateway(MODEL)
-        cls.gw.wait_ready()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.gw.stop()
+class Endpoints(loomtest.GatewayTestCase):
+    gateway_model = MODEL
 
     def test_models(self):
         st, body = self.gw.get("/v1/models")
@@ -270,15 +257,9 @@ class Endpoints(unittest.TestCase):
         self.assertEqual(self.gw.get("/health"), (200, {"status": "ok"}))
 
 
-class ApiKey(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.gw = Gateway(MODEL, "--api-key", "sk-loom-test")
-        cls.gw.wait_ready()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.gw.stop()
+class ApiKey(loomtest.GatewayTestCase):
+    gateway_model = MODEL
+    gateway_args = ("--api-key", "sk-loom-test")
 
     def test_bearer_token_checked(self):
         req = {"model": NAME, "prompt": "Once", "max_tokens": 1}

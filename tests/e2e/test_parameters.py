@@ -9,10 +9,9 @@ log-probabilities from an independent implementation).
 """
 import json
 import math
-import unittest
 
 import loomtest
-from loomtest import Gateway, completion_choices, joined_bytes, shared, token_bytes
+from loomtest import completion_choices, joined_bytes, shared, token_bytes
 
 MODEL = shared("models/stories260K.gguf")
 REF = json.load(open(shared("reference/stories260K.json")))
@@ -25,15 +24,8 @@ def ids(tokens):
     return [int(t.split(":", 1)[1]) for t in tokens]
 
 
-class Parameters(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.gw = Gateway(MODEL)
-        cls.gw.wait_ready()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.gw.stop()
+class Parameters(loomtest.GatewayTestCase):
+    gateway_model = MODEL
 
     def complete(self, **kw):
         body = {"model": NAME, "prompt": CASE["prompt"], "temperature": 0}
