@@ -80,7 +80,7 @@ struct MatvecArgs {
     /// rmsnorm() computes it), so that no separate normalisation kernel runs in decode steps.
     const float* norm_w = nullptr;
     float norm_eps = 0.0f;
-    /// nb == 1 only: the single-vector kernel (k_matvec.cu, opt-in: slower on the H200 so far)
+    /// nb == 1 only: the single-vector kernel (k_mv1.cu, opt-in: slower on the H200 so far)
     /// instead of the batched one.
     bool single = false;
     /// With `single`, on CUDA: a programmatic dependent launch (the kernel loads its first weights
