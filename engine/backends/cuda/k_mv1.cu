@@ -36,27 +36,6 @@ struct Mv1Plan {
     int red_groups = 0;  ///< row groups of the largest block range
 };
 
-/// Sum over the warp of each of v[0..R-1] (R a power of two <= the warp): lane l returns the
-/// sum of v[l / (kWarp / R)]. R/2 + R/4 + ... + 1 exchanges halve the values each lane holds, then
-/// log2(kWarp / R) more finish the sums (R - 1 + log2(kWarp / R) shuffles instead of R log2 kWarp).
-template <int R>
-LOOM_DEV float warp_sum_rows(float (&v)[R], int lane) {
-    int m = kWarp / 2;
-#pragma unroll
-    for (int half = R / 2; half >= 1; half /= 2, m /= 2) {
-        const bool up = (lane & m) != 0;
-#pragma unroll
-        for (int i = 0; i < half; ++i) {
-            const float send = up ? v[i] : v[i + half];
-            const float keep = up ? v[i + half] : v[i];
-            v[i] = keep + shfl_xor(send, m);
-        }
-    }
-    float r = v[0];
-    for (; m >= 1; m /= 2) r += shfl_xor(r, m);
-    return r;
-}
-
 template <uint32_t T, int R>
 __global__ void __launch_bounds__(kMvThreads, 4) mv1_kernel(MatvecArgs a, Mv1Plan p) {
     using C = Chunk<T>;
@@ -151,16 +130,7 @@ __global__ void __launch_bounds__(kMvThreads, 4) mv1_kernel(MatvecArgs a, Mv1Pla
                 ss += static_cast<double>(f) * f;
             }
         }
-        ss = warp_sum_d(ss);
-        if (lane == 0) s_red[warp] = ss;
-        __syncthreads();
-        if (t == 0) {
-            double tot = 0;
-            for (int w = 0; w < kWarps; ++w) tot += s_red[w];
-            s_scale = static_cast<float>(1.0 / sqrt(tot / cols + static_cast<double>(a.norm_eps)));
-        }
-        __syncthreads();
-        const float scale = s_scale;
+        const float scale = block_rms_scale(ss, cols, a.norm_eps, s_red, &s_scale);
         const float* nw = a.norm_w;
         if (vec) {
             for (int i = t; i < cols / 4; i += kMvThreads) {
@@ -269,48 +239,6 @@ __global__ void __launch_bounds__(kMvThreads, 4) mv1_kernel(MatvecArgs a, Mv1Pla
         }
         store_row(a, s, local, 0, v, vp);
     }
-}
-
-int device_sm_count() {
-#if defined(LOOM_GPU_CUDA)
-    static const int n = [] {
-        int dev = 0, v = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            v = 0;
-        (void)cudaGetLastError();
-        return v > 0 ? v : 1;
-    }();
-    return n;
-#elif defined(LOOM_GPU_HIP)
-    static const int n = [] {
-        int dev = 0, v = 0;
-        if (hipGetDevice(&dev) != hipSuccess ||
-            hipDeviceGetAttribute(&v, hipDeviceAttributeMultiprocessorCount, dev) != hipSuccess)
-            v = 0;
-        (void)hipGetLastError();
-        return v > 0 ? v : 1;
-    }();
-    return n;
-#else
-    return 3;  // the emulator: a few blocks, each with several row groups
-#endif
-}
-
-template <class K>
-int resident_blocks(K k, size_t smem) {
-    int n = 0;
-#if defined(LOOM_GPU_CUDA)
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kMvThreads, smem) != cudaSuccess) n = 1;
-    (void)cudaGetLastError();
-#elif defined(LOOM_GPU_HIP)
-    if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kMvThreads, smem) != hipSuccess) n = 1;
-    (void)hipGetLastError();
-#else
-    (void)k;
-    (void)smem;
-    n = 2;
-#endif
-    return n > 0 ? n : 1;
 }
 
 template <uint32_t T>
