@@ -80,6 +80,14 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
         return e && std::string(e) == v;
     };
     mv1_ = env_is("LOOM_GPU_MV1", "1");
+    mvp_ = env_is("LOOM_GPU_MVP", "1");
+    fuse_norm_mvp_ = true;
+    for (const auto& L : dm_->layers)
+        for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up})
+            if (!matvec_pipelined_supports(m->type, static_cast<int>(m->cols)) && m->type != kF32)
+                fuse_norm_mvp_ = false;
+    if (!matvec_pipelined_supports(dm_->output.type, static_cast<int>(dm_->output.cols)) && dm_->output.type != kF32)
+        fuse_norm_mvp_ = false;
 #if defined(LOOM_GPU_CUDA)
     pdl_ = mv1_ && !env_is("LOOM_GPU_PDL", "0");
 #endif
@@ -233,6 +241,7 @@ void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat
                 ++j;
             }
             a.single = rows == 1 && mv1_;
+            a.pipelined = rows == 1 && mvp_;
             a.pdl = a.single && pdl_;
             a.q4_magic = q4_magic_;
             if (roles) {
@@ -293,6 +302,7 @@ void GpuBackend::ffn(const DevLayer& L, int rows, bool fuse) {
         a.nb = rows;
         a.mode = MvMode::SwiGLU;
         a.single = rows == 1 && mv1_;
+        a.pipelined = rows == 1 && mvp_;
         a.pdl = a.single && pdl_;
         a.q4_magic = q4_magic_;
         matvec(a, stream_);
@@ -324,8 +334,9 @@ void GpuBackend::forward(int rows, bool decode) {
     // RMSNorm fused into the next matvec: one launch less per norm, but every block of the
     // batched kernel recomputes the scale; it pays for a single row over plain (F16/BF16/F32)
     // weights, and costs more than it saves for several rows or for the quantized kernels. The
-    // single-vector kernel (mv1_) stages the activations once per block and always fuses it.
-    const bool fuse = rows == 1 && (fuse_norm_ || mv1_);
+    // single-vector kernel (mv1_) stages the activations once per block and always fuses it; the
+    // pipelined one (mvp_) computes the scale once per resident block.
+    const bool fuse = rows == 1 && (fuse_norm_ || mv1_ || (mvp_ && fuse_norm_mvp_));
     embed(dm_->tok_embd, decode ? nullptr : tokens_dev_, decode ? slots_dev_ : nullptr, rows, x_, ld_d_, stream_);
     tick("embed");
     for (int l = 0; l < hp.n_layer; ++l) {

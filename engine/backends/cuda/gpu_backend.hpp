@@ -106,12 +106,17 @@ private:
     std::unique_ptr<Gemm> gemm_;
     bool f16_in_ = false;
     bool fuse_norm_ = false;  // RMSNorm fused into single-row matvecs (plain weight types)
-    // Single-vector decode path (kernels.hpp MatvecArgs::single), opt-in with LOOM_GPU_MV1=1
-    // (slower than the batched kernel in the 2026-11-30 H200 runs, see docs/benchmarks.md);
-    // pdl_: with it, programmatic dependent launches (LOOM_GPU_PDL=0 turns them off);
-    // fuse_rope_: RoPE and the KV store in the QKV matvec's epilogue (LOOM_GPU_FUSE_ROPE=0
-    // turns it off).
+    // mv1_: the single-vector decode kernel (kernels.hpp MatvecArgs::single), opt-in with
+    // LOOM_GPU_MV1=1; mvp_: the pipelined single-vector kernel (MatvecArgs::pipelined, k_mvp.cu),
+    // opt-in with LOOM_GPU_MVP=1. Both were slower than the batched kernel in the 2026-11-30 H200
+    // runs (docs/benchmarks.md). fuse_norm_mvp_: every matrix that takes a normalised input is
+    // plain or pipelined, so RMSNorm is fused into them when mvp_ is on.
+    // pdl_ (CUDA, with mv1_): programmatic dependent launches (LOOM_GPU_PDL=0 turns them off);
+    // fuse_rope_: RoPE and the KV store in the QKV matvec's epilogue
+    // (LOOM_GPU_FUSE_ROPE=0 turns it off).
     bool mv1_ = false;
+    bool mvp_ = false;
+    bool fuse_norm_mvp_ = false;
     bool pdl_ = false;
     bool fuse_rope_ = true;
     bool q4_magic_ = false;  // LOOM_GPU_Q4_MAGIC=1: the previous Q4_K dot product (A/B runs)

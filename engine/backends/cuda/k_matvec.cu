@@ -212,7 +212,8 @@ void launch_dequant(const DevMatrix& m, int64_t r0, int64_t n, const int32_t* to
 }  // namespace
 
 void matvec(const MatvecArgs& a, gpuStream_t s) {
-    if (a.single && a.nb == 1) matvec_single(a, s);
+    if (a.pipelined && a.nb == 1 && matvec_pipelined_supports(a.type, a.cols)) matvec_pipelined(a, s);
+    else if (a.single && a.nb == 1) matvec_single(a, s);
     else with_type(a.type, "matvec", [&](auto t) { matvec_nb<decltype(t)::value>(a, s); });
 }
 

@@ -83,6 +83,10 @@ struct MatvecArgs {
     /// nb == 1 only: the single-vector kernel (k_mv1.cu, opt-in: slower on the H200 so far)
     /// instead of the batched one.
     bool single = false;
+    /// nb == 1, F16/BF16/Q4_K/Q6_K (matvec_pipelined_supports): the pipelined kernel (k_mvp.cu,
+    /// weights streamed through a shared-memory ring by asynchronous copies; opt-in, slower on
+    /// the H200 so far).
+    bool pipelined = false;
     /// With `single`, on CUDA: a programmatic dependent launch (the kernel loads its first weights
     /// before it waits for the previous kernel to finish).
     bool pdl = false;
@@ -101,6 +105,10 @@ struct MatvecArgs {
     bool kv_f16 = false;
 };
 void matvec(const MatvecArgs& a, gpuStream_t s);
+/// Whether the pipelined single-vector kernel (MatvecArgs::pipelined) handles weight type
+/// `type` with `cols` columns: Q4_K and Q6_K with cols % 256 == 0, F16 and BF16 with
+/// cols % 8 == 0. Other matrices take the batched kernel.
+bool matvec_pipelined_supports(uint32_t type, int cols);
 
 /// Dequantizes rows [row0, row0 + n) of m into F16 rows of `dst` (leading dimension dst_ld
 /// halves), for the GEMM path.
