@@ -9,20 +9,23 @@ breaks the GPU engine's logic fails here even without a GPU.
 import json
 import os
 import subprocess
+import tempfile
 import unittest
 
 import loomtest
 from loomtest import shared
 
 CPU = os.path.join(loomtest.BIN, "loom-engine-cpu")
+MAKE_MODEL = os.path.join(loomtest.BIN, "loom-make-model")
 EMU = os.path.join(loomtest.BIN, "loom-engine-gpuemu")
 SAMPLER = os.path.join(loomtest.BIN, "loom-gpu-sampler-test-emu")
 
 
-def generate(engine, model, cases):
+def generate(engine, model, cases, env=None):
     lines = "".join(f"GEN c{i} prompt={','.join(map(str, c['prompt_ids']))} max_tokens={len(c['steps'])} "
                     f"temperature=0 logprobs=20 ignore_eos=1\n" for i, c in enumerate(cases))
-    p = subprocess.run([engine, "--model", model], input=lines, capture_output=True, text=True, timeout=600)
+    p = subprocess.run([engine, "--model", model], input=lines, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, **(env or {})))
     assert p.returncode == 0, p.stderr
     out = {}
     for line in p.stdout.splitlines()[1:]:
@@ -65,6 +68,26 @@ class GpuEmulator(unittest.TestCase):
         for t in ("q8_0", "q4_k", "q6_k"):
             with self.subTest(type=t):
                 self.check(f"models/wide/stories260K-wide-{t}.gguf", f"reference/stories260K-wide-{t}.json", 2e-2, 1)
+
+    def test_long_rows_every_decode_kernel(self):
+        # Rows longer than one span of the single-vector kernels (ffn_down has 4352 columns: 2
+        # spans of Q4_K/Q6_K, 4.25 of F16) and several row groups per block, which no
+        # shared model has: the batched kernel (default), the pipelined (LOOM_GPU_MVP=1) and the
+        # single-vector one (LOOM_GPU_MV1=1) against the CPU engine, 4 greedy tokens.
+        cases = [{"prompt_ids": [1, 5, 9, 22, 301], "steps": [0] * 4}]
+        with tempfile.TemporaryDirectory() as d:
+            for t in ("f16", "q4_k_m"):  # Q4_K_M: Q4_K, with Q6_K for ffn_down and the output
+                model = os.path.join(d, f"{t}.gguf")
+                subprocess.run([MAKE_MODEL, "--out", model, "--layers", "1", "--dim", "512", "--heads", "8",
+                                "--kv-heads", "2", "--ffn", "4352", "--vocab", "1000", "--type", t, "--seed", "7"],
+                               check=True, capture_output=True, timeout=120)
+                want = generate(CPU, model, cases)["c0"]
+                for env in ({}, {"LOOM_GPU_MVP": "1"}, {"LOOM_GPU_MV1": "1"}):
+                    with self.subTest(type=t, env=env):
+                        got = generate(EMU, model, cases, env)["c0"]
+                        self.assertEqual([s[0] for s in got], [s[0] for s in want])
+                        worst = max(abs(v - g[1][tok]) for w, g in zip(want, got) for tok, v in w[1].items())
+                        self.assertLess(worst, 1e-4)
 
 
 if __name__ == "__main__":
