@@ -7,13 +7,13 @@
 #
 # Usage: tools/gpu_check.sh [stage ...]   stages: info sampler small gen check8b bench sass ncu
 # (default: all). bench also times the variants in $BENCH_VARIANTS (bench_gpu.py --variant;
-# "base" is the decode path before the 2026-11-30 changes: RoPE kernel, magic-number Q4_K dot);
+# "mvp" is the opt-in pipelined single-vector matvec, k_mvp.cu, against the default batched one);
 # BENCH_SKIP_GATEWAY=1 leaves out the gateway figures. sass writes the single-vector matvec
 # kernels' machine code and opcode counts; ncu profiles a few decode matvecs (Nsight Compute,
 # clocks left alone; NCU_MODELS, NCU_KERNELS choose).
 # Expects prebuilt binaries in $BIN (default .devbin: loom-engine-cuda, loom-engine-cpu,
 # loom-gpu-bench, loom-gpu-sampler-test, loom-make-model, loom-gateway; shared libraries in
-# $BIN/lib) and the small models and references in $DATA (default .devdata: models/, reference/).
+# $BIN/lib, or ICU's as $BIN/icu.tar.xz) and the small models and references in $DATA (default .devdata: models/, reference/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.devbin}
@@ -22,10 +22,12 @@ OUT=${OUT:-$PWD/gpu-out}
 SHM=${SHM:-/dev/shm/loom}
 mkdir -p "$OUT" "$SHM"
 export LD_LIBRARY_PATH="$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}"
+# ICU for loom-gateway, carried compressed (the device machine has another ICU version)
+[ -f "$BIN/icu.tar.xz" ] && [ ! -e "$BIN/lib/libicudata.so.72" ] && tar xJf "$BIN/icu.tar.xz" -C "$BIN/lib"
 export PYTHONUNBUFFERED=1
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler small gen check8b bench sass ncu)
-BENCH_VARIANTS=${BENCH_VARIANTS:-"base:LOOM_GPU_FUSE_ROPE=0,LOOM_GPU_Q4_MAGIC=1 no-rope-fusion:LOOM_GPU_FUSE_ROPE=0 mv1:LOOM_GPU_MV1=1,LOOM_GPU_PDL=0 mv1-pdl:LOOM_GPU_MV1=1"}
+BENCH_VARIANTS=${BENCH_VARIANTS:-"mvp:LOOM_GPU_MVP=1"}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 
@@ -78,7 +80,7 @@ main() {
     sed -n '/^== summary/,$p' "$OUT/bench.log" >>"$SUMMARY"
   fi
   if want sass; then
-    stamp "machine code of the single-vector matvec kernels"
+    stamp "machine code of the single-vector matvec kernels (pipelined, batched)"
     if command -v cuobjdump >/dev/null; then
       timeout 60 cuobjdump -sass "$BIN/loom-gpu-bench" 2>/dev/null | python3 -c '
 import re, sys, collections
@@ -87,7 +89,7 @@ name, keep, counts = None, False, {}
 for line in sys.stdin:
     m = re.search(r"Function : (\S+)", line)
     if m:
-        name = m.group(1); keep = "mv1_kernel" in name or "matvec_kernelILj12ELi1E" in name or "matvec_kernelILj1ELi1E" in name
+        name = m.group(1); keep = "mvp_kernel" in name or "mv1_kernel" in name or "matvec_kernelILj12ELi1E" in name or "matvec_kernelILj1ELi1E" in name
         if keep: counts[name] = collections.Counter()
     if keep:
         out.write(line)
@@ -102,11 +104,11 @@ for n, c in counts.items():
     stamp "Nsight Compute: decode matvec kernels of the first layers (${NCU_MODELS:-q4_k_m f16})"
     if command -v ncu >/dev/null; then
       for t in ${NCU_MODELS:-q4_k_m f16}; do
-        timeout 75 ncu --clock-control none -k regex:"${NCU_KERNELS:-matvec_kernel|mv1_kernel}" -s 1 -c 8 --section SpeedOfLight \
+        timeout 75 ncu --clock-control none -k regex:"${NCU_KERNELS:-mvp_kernel|matvec_kernel|attn_}" -s 1 -c 8 --section SpeedOfLight \
           --section Occupancy --section WarpStateStats --section SchedulerStats -f -o "$OUT/ncu-$t" \
           "$BIN/loom-gpu-bench" --model "$SHM/llama3-8b-$t.gguf" --decode-only --prompt 64 --gen 2 >"$OUT/ncu-$t.run.log" 2>&1
         timeout 30 ncu -i "$OUT/ncu-$t.ncu-rep" --page details >"$OUT/ncu-$t.txt" 2>&1
-        grep -E "matvec_kernel|mv1_kernel|Duration|DRAM Throughput|Issued Warp|No Eligible|Achieved Occupancy" \
+        grep -E "mvp_kernel|matvec_kernel|mv1_kernel|attn_|Duration|DRAM Throughput|Issued Warp|No Eligible|Achieved Occupancy" \
           "$OUT/ncu-$t.txt" | head -120
       done
     fi
