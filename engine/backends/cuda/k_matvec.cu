@@ -15,8 +15,7 @@ __global__ void __launch_bounds__(kMvThreads) matvec_kernel(MatvecArgs a) {
     const bool swiglu = a.mode == MvMode::SwiGLU;
     const int per_block = swiglu ? R / 2 : R;
     const int o0 = static_cast<int>(blockIdx.x) * per_block;
-    const int total = swiglu ? a.seg[0].rows
-                             : a.seg[0].rows + (a.nseg > 1 ? a.seg[1].rows : 0) + (a.nseg > 2 ? a.seg[2].rows : 0);
+    const int total = matvec_units(a);
 
     const uint8_t* wr[R];
 #pragma unroll
@@ -130,10 +129,8 @@ __global__ void __launch_bounds__(kMvThreads) matvec_kernel(MatvecArgs a) {
 template <uint32_t T, int NB>
 void launch_matvec(const MatvecArgs& a, gpuStream_t s) {
     constexpr int R = NB == 1 ? 8 : 4;
-    int total = 0;
-    for (int i = 0; i < a.nseg; ++i) total += a.seg[i].rows;
+    const int total = matvec_units(a);
     const int per_block = a.mode == MvMode::SwiGLU ? R / 2 : R;
-    if (a.mode == MvMode::SwiGLU) total = a.seg[0].rows;
     const unsigned blocks = static_cast<unsigned>((total + per_block - 1) / per_block);
     auto k = matvec_kernel<T, NB, R>;
     LOOM_LAUNCH(k, blocks, kMvThreads, 0, s, a);

@@ -37,6 +37,13 @@ void with_type(uint32_t t, const char* what, F&& f) {
     }
 }
 
+/// Outputs of a launch: the rows of all its segments, or in SwiGLU mode the rows of the first
+/// (gate) segment, each output taking one gate and one up row.
+LOOM_HD inline int matvec_units(const MatvecArgs& a) {
+    if (a.mode == MvMode::SwiGLU) return a.seg[0].rows;
+    return a.seg[0].rows + (a.nseg > 1 ? a.seg[1].rows : 0) + (a.nseg > 2 ? a.seg[2].rows : 0);
+}
+
 // Locates logical row o of a (non-SwiGLU) launch: its segment and row within it. Segments are
 // picked by selects, not by a run-time index into the parameter struct (which would copy it
 // to local memory).

@@ -247,9 +247,7 @@ void launch_mv1(const MatvecArgs& a, gpuStream_t s) {
     using C = Chunk<T>;
     const bool swiglu = a.mode == MvMode::SwiGLU;
     Mv1Plan p;
-    p.units = swiglu ? a.seg[0].rows : 0;
-    if (!swiglu)
-        for (int i = 0; i < a.nseg; ++i) p.units += a.seg[i].rows;
+    p.units = matvec_units(a);
     if (p.units <= 0) return;
     p.pairs = (p.units + 1) / 2;
     p.nch = (a.cols + C::kElems - 1) / C::kElems;

@@ -222,9 +222,7 @@ void launch_mvp(const MatvecArgs& a, gpuStream_t s) {
     constexpr int R = kMvpRows;
     const bool swiglu = a.mode == MvMode::SwiGLU;
     MvpPlan p;
-    p.units = swiglu ? a.seg[0].rows : 0;
-    if (!swiglu)
-        for (int i = 0; i < a.nseg; ++i) p.units += a.seg[i].rows;
+    p.units = matvec_units(a);
     if (p.units <= 0) return;
     const int per = swiglu ? R / 2 : R;
     p.groups = (p.units + per - 1) / per;
