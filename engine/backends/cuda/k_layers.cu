@@ -122,6 +122,45 @@ __global__ void rope_store_kernel(float* qkv, int64_t ld, AttnShape sh, int laye
 constexpr int kAttnT = 128;  // threads per attention block, and positions per decode split
 constexpr int kMaxG = 16;    // query heads per decode block
 
+// 8 consecutive cache elements as floats (16-byte aligned for F16, 32-byte for F32).
+LOOM_DEV void load8(const uint16_t* p, float* f) {
+    const uint4 v = ld16(p);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = h2f(static_cast<uint16_t>(w[i] & 0xFFFFu));
+        f[2 * i + 1] = h2f(static_cast<uint16_t>(w[i] >> 16));
+    }
+}
+LOOM_DEV void load8(const float* p, float* f) {
+    const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+// Softmax statistics of the decode kernels: for each head g < G (one warp per head at a time),
+// row g of scores (span values, row stride `stride`) becomes exp(s - m) in place, with the row's
+// maximum m in stat_m[g] and the sum of the exponentials in stat_l[g]. Every thread of a block of
+// kAttnT threads calls it after a barrier that makes the scores visible; it ends with one.
+LOOM_DEV void softmax_stats(float* scores, int stride, int G, int span, float* stat_m, float* stat_l) {
+    const int t = static_cast<int>(threadIdx.x);
+    const int lane = t % kWarp, warp = t / kWarp, nw = kAttnT / kWarp;
+    for (int g = warp; g < G; g += nw) {
+        float* row = scores + g * stride;
+        float m = kNegInf;
+        for (int i = lane; i < span; i += kWarp) m = fmaxf(m, row[i]);
+        m = warp_max(m);
+        float l = 0.0f;
+        for (int i = lane; i < span; i += kWarp) {
+            const float e = expf(row[i] - m);
+            row[i] = e;
+            l += e;
+        }
+        l = warp_sum(l);
+        if (lane == 0) stat_m[g] = m, stat_l[g] = l;
+    }
+    __syncthreads();
+}
+
 // Decode attention, one split of 128 positions for up to 16 query heads of one KV head.
 __global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int64_t q_ld, const SlotDesc* slots,
                                                              int layer, AttnShape sh, int splits, float* part) {
@@ -156,14 +195,8 @@ __global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int6
             if (sh.kv_f16 && hd % 8 == 0) {
                 const uint16_t* kp = static_cast<const uint16_t*>(slot.kv) + kr;
                 for (int d = 0; d < hd; d += 8) {
-                    const uint4 v = ld16(kp + d);
-                    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
                     float kf[8];
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        kf[2 * i] = h2f(static_cast<uint16_t>(w[i] & 0xFFFFu));
-                        kf[2 * i + 1] = h2f(static_cast<uint16_t>(w[i] >> 16));
-                    }
+                    load8(kp + d, kf);
 #pragma unroll
                     for (int g = 0; g < kMaxG; ++g)
                         if (g < G) {
@@ -189,23 +222,8 @@ __global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int6
     }
     __syncthreads();
 
-    // Softmax statistics per head (one warp per head at a time).
     __shared__ float stat_m[kMaxG], stat_l[kMaxG];
-    const int lane = t % kWarp, warp = t / kWarp, nw = kAttnT / kWarp;
-    for (int g = warp; g < G; g += nw) {
-        float m = kNegInf;
-        for (int i = lane; i < kAttnT; i += kWarp) m = fmaxf(m, P[g][i]);
-        m = warp_max(m);
-        float l = 0.0f;
-        for (int i = lane; i < kAttnT; i += kWarp) {
-            const float e = expf(P[g][i] - m);
-            P[g][i] = e;
-            l += e;
-        }
-        l = warp_sum(l);
-        if (lane == 0) stat_m[g] = m, stat_l[g] = l;
-    }
-    __syncthreads();
+    softmax_stats(&P[0][0], kAttnT, G, kAttnT, stat_m, stat_l);
 
     // Weighted sum of V: TD threads across dims, nsub groups across positions.
     const int n_here = min(kAttnT, n_kv - p0);
@@ -244,21 +262,6 @@ __global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int6
             }
         }
     }
-}
-
-// 8 consecutive cache elements as floats (16-byte aligned for F16, 32-byte for F32).
-LOOM_DEV void load8(const uint16_t* p, float* f) {
-    const uint4 v = ld16(p);
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        f[2 * i] = h2f(static_cast<uint16_t>(w[i] & 0xFFFFu));
-        f[2 * i + 1] = h2f(static_cast<uint16_t>(w[i] >> 16));
-    }
-}
-LOOM_DEV void load8(const float* p, float* f) {
-    const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
 constexpr int kFastSpan = 64;  // positions per split of the vectorized decode kernel
@@ -322,21 +325,7 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
                 if (g < G) S[g][pi] = pos < n_kv ? acc[g] * sh.scale : kNegInf;
     }
     __syncthreads();
-    const int lane = t % kWarp, warp = t / kWarp, nw = kAttnT / kWarp;
-    for (int g = warp; g < G; g += nw) {
-        float m = kNegInf;
-        for (int i = lane; i < kFastSpan; i += kWarp) m = fmaxf(m, S[g][i]);
-        m = warp_max(m);
-        float l = 0.0f;
-        for (int i = lane; i < kFastSpan; i += kWarp) {
-            const float e = expf(S[g][i] - m);
-            S[g][i] = e;
-            l += e;
-        }
-        l = warp_sum(l);
-        if (lane == 0) stat_m[g] = m, stat_l[g] = l;
-    }
-    __syncthreads();
+    softmax_stats(&S[0][0], kFastSpan, G, kFastSpan, stat_m, stat_l);
     const int nd = hd / 8, npg = kAttnT / nd;
     const int dc = t % nd, pg = t / nd;
     const int n_here = min(kFastSpan, n_kv - p0);
