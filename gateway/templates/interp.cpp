@@ -124,6 +124,16 @@ std::string Interp::capture(const Body& body, const FrameP& f) {
     return buf;
 }
 
+Value Interp::eval_filter_block(const detail::Expr& e, const FrameP& f, const Value& input) {
+    struct Restore {
+        const Value*& slot;
+        const Value* saved;
+        ~Restore() { slot = saved; }
+    } restore{filter_block_input, filter_block_input};
+    filter_block_input = &input;
+    return eval(e, f);
+}
+
 static FrameP child(const FrameP& parent) {
     auto f = std::make_shared<Frame>();
     f->parent = parent;
@@ -171,19 +181,7 @@ Flow Interp::exec(const Body& body, const FrameP& f) {
             case NK::SetBlock: {
                 FrameP inner = child(f, n.missing[0]);
                 Value v(capture(n.bodies[0], inner));
-                if (n.expr) {
-                    const Value* saved = filter_block_input;
-                    filter_block_input = &v;
-                    Value r;
-                    try {
-                        r = eval(*n.expr, inner);
-                    } catch (...) {
-                        filter_block_input = saved;
-                        throw;
-                    }
-                    filter_block_input = saved;
-                    v = r;
-                }
+                if (n.expr) v = eval_filter_block(*n.expr, inner, v);
                 line = n.line;
                 assign(n.target, v, f);
                 break;
@@ -201,17 +199,7 @@ Flow Interp::exec(const Body& body, const FrameP& f) {
             }
             case NK::FilterBlock: {
                 FrameP inner = child(f, n.missing[0]);
-                Value input(capture(n.bodies[0], inner));
-                const Value* saved = filter_block_input;
-                filter_block_input = &input;
-                Value r;
-                try {
-                    r = eval(*n.expr, inner);
-                } catch (...) {
-                    filter_block_input = saved;
-                    throw;
-                }
-                filter_block_input = saved;
+                const Value r = eval_filter_block(*n.expr, inner, Value(capture(n.bodies[0], inner)));
                 write(r.to_str());
                 break;
             }

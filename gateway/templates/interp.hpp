@@ -101,6 +101,10 @@ public:
     // ---- expressions (eval.cpp)
     /// The value of expression `e` in scope `f`.
     Value eval(const detail::Expr& e, const FrameP& f);
+    /// The value of a filter block's filter chain `e` in scope `f`, applied to `input` (the
+    /// text of a {% filter %} or {% set x | f %} block): eval() with filter_block_input set to
+    /// input for the call, restored afterwards, also when it throws.
+    Value eval_filter_block(const detail::Expr& e, const FrameP& f, const Value& input);
     /// Variable `name` seen from scope `f`: scopes, then the render's context, then the
     /// globals; an Undefined when unknown.
     Value lookup(const FrameP& f, const std::string& name) const;
