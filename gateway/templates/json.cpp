@@ -18,46 +18,39 @@ void quote(const std::string& s, bool ensure_ascii, std::string& out) {
         snprintf(buf, sizeof buf, "\\u%04x", cp);
         out += buf;
     };
+    // Python's json escapes for '"', '\\' and the control characters it names; false for others.
+    auto named = [&](char32_t c) {
+        switch (c) {
+            case '"': out += "\\\""; return true;
+            case '\\': out += "\\\\"; return true;
+            case '\n': out += "\\n"; return true;
+            case '\r': out += "\\r"; return true;
+            case '\t': out += "\\t"; return true;
+            case '\b': out += "\\b"; return true;
+            case '\f': out += "\\f"; return true;
+            default: return false;
+        }
+    };
     if (!ensure_ascii) {
         for (char ch : s) {
-            auto c = static_cast<unsigned char>(ch);
-            switch (c) {
-                case '"': out += "\\\""; break;
-                case '\\': out += "\\\\"; break;
-                case '\n': out += "\\n"; break;
-                case '\r': out += "\\r"; break;
-                case '\t': out += "\\t"; break;
-                case '\b': out += "\\b"; break;
-                case '\f': out += "\\f"; break;
-                default:
-                    if (c < 0x20)
-                        u(c);
-                    else
-                        out.push_back(ch);
-            }
+            const auto c = static_cast<unsigned char>(ch);
+            if (named(c)) continue;
+            if (c < 0x20)
+                u(c);
+            else
+                out.push_back(ch);
         }
     } else {
         for (char32_t c : py::decode(s)) {
-            switch (c) {
-                case '"': out += "\\\""; break;
-                case '\\': out += "\\\\"; break;
-                case '\n': out += "\\n"; break;
-                case '\r': out += "\\r"; break;
-                case '\t': out += "\\t"; break;
-                case '\b': out += "\\b"; break;
-                case '\f': out += "\\f"; break;
-                default:
-                    if (c < 0x20 || c > 0x7E) {
-                        if (c > 0xFFFF) {
-                            char32_t v = c - 0x10000;
-                            u(0xD800 + (v >> 10));
-                            u(0xDC00 + (v & 0x3FF));
-                        } else {
-                            u(c);
-                        }
-                    } else {
-                        out.push_back(static_cast<char>(c));
-                    }
+            if (named(c)) continue;
+            if (c > 0xFFFF) {
+                const char32_t v = c - 0x10000;
+                u(0xD800 + (v >> 10));
+                u(0xDC00 + (v & 0x3FF));
+            } else if (c < 0x20 || c > 0x7E) {
+                u(c);
+            } else {
+                out.push_back(static_cast<char>(c));
             }
         }
     }
