@@ -69,11 +69,17 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     dm_ = std::make_unique<DeviceModel>(w_);
     gemm_ = std::make_unique<Gemm>(stream_);
     f16_in_ = gemm_->wants_f16_input();
-    fuse_norm_ = true;
-    for (const auto& L : dm_->layers)
-        for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up})
-            if (m->type != kF16 && m->type != kBF16 && m->type != kF32) fuse_norm_ = false;
-    if (dm_->output.type != kF16 && dm_->output.type != kBF16 && dm_->output.type != kF32) fuse_norm_ = false;
+    // Whether every matrix that reads a normalised input (Q, K, V, gate, up, output) passes `ok`.
+    auto normed_inputs_all = [&](auto ok) {
+        for (const auto& L : dm_->layers)
+            for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up})
+                if (!ok(*m)) return false;
+        return ok(dm_->output);
+    };
+    fuse_norm_ = normed_inputs_all([](const DevMatrix& m) { return m.type == kF16 || m.type == kBF16 || m.type == kF32; });
+    fuse_norm_mvp_ = normed_inputs_all([](const DevMatrix& m) {
+        return m.type == kF32 || matvec_pipelined_supports(m.type, static_cast<int>(m.cols));
+    });
     if (const char* e = std::getenv("LOOM_GPU_FMA_ATTENTION")) no_gemm_attn_ = std::string(e) == "1";
     auto env_is = [](const char* name, const char* v) {
         const char* e = std::getenv(name);
@@ -81,13 +87,6 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     };
     mv1_ = env_is("LOOM_GPU_MV1", "1");
     mvp_ = env_is("LOOM_GPU_MVP", "1");
-    fuse_norm_mvp_ = true;
-    for (const auto& L : dm_->layers)
-        for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up})
-            if (!matvec_pipelined_supports(m->type, static_cast<int>(m->cols)) && m->type != kF32)
-                fuse_norm_mvp_ = false;
-    if (!matvec_pipelined_supports(dm_->output.type, static_cast<int>(dm_->output.cols)) && dm_->output.type != kF32)
-        fuse_norm_mvp_ = false;
 #if defined(LOOM_GPU_CUDA)
     pdl_ = mv1_ && !env_is("LOOM_GPU_PDL", "0");
 #endif
