@@ -298,6 +298,10 @@ asio::awaitable<void> listen(tcp::acceptor acceptor, App& app) {
             if (ec == asio::error::operation_aborted) co_return;
             continue;
         }
+        // Each SSE event is one small write. With Nagle's algorithm a write waits while
+        // an earlier one is unacknowledged, and a client that only reads delays its ACKs
+        // (up to 40 ms on Linux), so events would stall behind each other.
+        s.set_option(tcp::no_delay(true), ec);
         asio::co_spawn(acceptor.get_executor(), session(std::move(s), app), asio::detached);
     }
 }
