@@ -18,7 +18,8 @@
 // and last eighth of the layers, and every third layer in between).
 // Vocabulary: SentencePiece-style (tokenizer.ggml.model = llama): <unk>, <s>, </s>,
 // the 256 byte tokens <0x00>..<0xFF>, then filler pieces (U+2581 for a space, single
-// characters, then letter pairs, triples, ...) with decreasing scores.
+// characters, then letter pairs, triples, ...) with decreasing scores; --chat-template
+// embeds a Jinja file as tokenizer.chat_template (GGUF spec, "LLM" KV keys).
 // Speed: one thread per core; weights are drawn from a pool of 2^20 exact normal
 // samples (Box-Muller) with xoshiro256+ indices, seeded per tensor and row range (so
 // the file does not depend on the thread count); each thread writes multi-MiB
@@ -52,19 +53,31 @@ namespace {
 using loom::model::GgmlType;
 
 struct Options {
-    std::string out, arch = "llama", type = "f16", preset = "tiny";
+    std::string out, arch = "llama", type = "f16", preset = "tiny", chat_template;
     int layers = 0, dim = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, threads = 0;
     double rope_base = 0;
-    bool tied = false;
+    bool tied = false, help = false;
     uint64_t seed = 1;
 };
 
-void usage() {
-    std::fprintf(stderr,
-                 "usage: loom-make-model --out PATH [--preset tiny|llama3-8b|llama3-1b]\n"
-                 "  [--arch llama|mistral|qwen2|qwen3] [--layers N] [--dim N] [--heads N] [--kv-heads N]\n"
-                 "  [--ffn N] [--vocab N] [--ctx N] [--rope-base X] [--tied] [--seed N] [--threads N]\n"
-                 "  [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|iq4_nl|iq4_xs|q4_k_m]\n");
+// The --help text; the README's loom-make-model section says the same.
+void usage(std::FILE* out) {
+    std::fprintf(out,
+                 "usage: loom-make-model --out PATH [options]\n"
+                 "Writes a random-weight GGUF of a llama-family shape (llama.cpp's tensor names and keys).\n\n"
+                 "  --out PATH          the GGUF file to write (required)\n"
+                 "  --preset NAME       tiny (default: 2 layers, dim 256, vocab 512, ctx 1024),\n"
+                 "                      llama3-8b, llama3-1b (their shapes; the flags below override)\n"
+                 "  --arch NAME         llama (default), mistral, qwen2 (q/k/v biases), qwen3 (q/k norms)\n"
+                 "  --layers N --dim N --heads N --kv-heads N --ffn N --vocab N (>= 260) --ctx N\n"
+                 "  --rope-base X       RoPE frequency base\n"
+                 "  --tied              no output.weight: the output projection is token_embd\n"
+                 "  --type T            f32|f16 (default)|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|\n"
+                 "                      q6_k|iq4_nl|iq4_xs|q4_k_m (every matrix; q4_k_m: llama.cpp's mixture)\n"
+                 "  --chat-template F   embed the Jinja file F as tokenizer.chat_template\n"
+                 "  --seed N            weights seed (default 1); the file depends only on it and the shape\n"
+                 "  --threads N         writer threads (default: one per core)\n"
+                 "  -h, --help          print this help and exit\n");
 }
 
 // Applies the preset, then the explicit flags (so their order does not matter).
@@ -74,8 +87,14 @@ Options parse(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--tied") { flags[a] = "1"; continue; }
-        if (a.rfind("--", 0) != 0 || i + 1 >= argc) throw std::invalid_argument("bad argument " + a);
+        if (a == "--help" || a == "-h") { flags["--help"] = "1"; continue; }
+        if (a.rfind("--", 0) != 0) throw std::invalid_argument("unexpected argument '" + a + "' (see --help)");
+        if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value (see --help)");
         flags[a] = argv[++i];
+    }
+    if (flags.count("--help")) {
+        o.help = true;
+        return o;
     }
     if (flags.count("--preset")) o.preset = flags["--preset"];
     if (o.preset == "tiny") {
@@ -109,11 +128,12 @@ Options parse(int argc, char** argv) {
         flags.erase(it);
     }
     if (flags.erase("--tied")) o.tied = true;
-    for (const char* key : {"--out", "--arch", "--type", "--preset"})
+    for (const char* key : {"--out", "--arch", "--type", "--preset", "--chat-template"})
         if (auto it = flags.find(key); it != flags.end()) {
             if (std::string(key) == "--out") o.out = it->second;
             if (std::string(key) == "--arch") o.arch = it->second;
             if (std::string(key) == "--type") o.type = it->second;
+            if (std::string(key) == "--chat-template") o.chat_template = it->second;
             flags.erase(it);
         }
     if (!flags.empty()) throw std::invalid_argument("unknown flag " + flags.begin()->first);
@@ -339,8 +359,23 @@ int main(int argc, char** argv) {
         tc = choose_type(o.type);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "loom-make-model: %s\n", e.what());
-        usage();
+        usage(stderr);
         return 2;
+    }
+    if (o.help) {
+        usage(stdout);
+        return 0;
+    }
+    std::string chat_template;
+    if (!o.chat_template.empty()) {
+        std::FILE* f = std::fopen(o.chat_template.c_str(), "rb");
+        if (!f) {
+            std::perror(("loom-make-model: " + o.chat_template).c_str());
+            return 1;
+        }
+        char buf[65536];
+        for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) chat_template.append(buf, n);
+        std::fclose(f);
     }
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<TensorPlan> plan = plan_tensors(o, tc);
@@ -362,6 +397,7 @@ int main(int argc, char** argv) {
     w.add_f32(a + ".attention.layer_norm_rms_epsilon", a.rfind("qwen", 0) == 0 ? 1e-6f : 1e-5f);
     w.add_u32(a + ".vocab_size", o.vocab);
     add_vocab(w, o.vocab);
+    if (!chat_template.empty()) w.add_string("tokenizer.chat_template", chat_template);
     for (const TensorPlan& t : plan) w.add_tensor_info(t.name, t.dims, static_cast<uint32_t>(t.type));
 
     // Work items of about 8 MiB of output each, row-aligned.
