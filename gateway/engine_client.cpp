@@ -93,6 +93,7 @@ asio::awaitable<bool> EngineClient::run_once(bool first) {
                 }
                 had_hello = true;
                 ready_ = true;
+                if (observer_) observer_->on_hello(hello_);
                 if (on_ready_) on_ready_(hello_);
             } else if (el && std::holds_alternative<protocol::Error>(*el)) {
                 early_error = std::get<protocol::Error>(*el).message;
@@ -123,7 +124,10 @@ asio::awaitable<bool> EngineClient::run_once(bool first) {
 void EngineClient::fail_all(const std::string& why) {
     auto routes = std::move(routes_);
     routes_.clear();
-    for (auto& [id, r] : routes) r.queue->push(r.choice, protocol::Error{id, why});
+    for (auto& [id, r] : routes) {
+        if (observer_) observer_->on_error(id);
+        r.queue->push(r.choice, protocol::Error{id, why});
+    }
 }
 
 void EngineClient::dispatch(const std::string& line) {
@@ -132,6 +136,7 @@ void EngineClient::dispatch(const std::string& line) {
         std::cerr << "loom-gateway: unreadable engine line (" << err->message << "): " << line;
         auto it = routes_.find(err->id);
         if (it != routes_.end()) {
+            if (observer_) observer_->on_error(err->id);
             it->second.queue->push(it->second.choice, protocol::Error{err->id, "engine protocol error: " + err->message});
             routes_.erase(it);
         }
@@ -154,21 +159,32 @@ void EngineClient::dispatch(const std::string& line) {
                 if (it == routes_.end()) return;  // e.g. a line after we gave up on the request
                 Route& r = it->second;
                 auto fail = [&](const std::string& msg) {
+                    if (observer_) observer_->on_error(l.id);
                     r.queue->push(r.choice, protocol::Error{l.id, msg});
                     routes_.erase(it);
                 };
                 if constexpr (std::is_same_v<L, protocol::Token>) {
                     if (r.held_token) return fail("engine protocol error: T without its LP line");
-                    if (r.expect_lp) r.held_token = l.token;
-                    else r.queue->push(r.choice, TokenEvent{l.token, std::nullopt});
+                    if (r.expect_lp) {
+                        r.held_token = l.token;
+                    } else {
+                        if (observer_) observer_->on_token(l.id);
+                        r.queue->push(r.choice, TokenEvent{l.token, std::nullopt});
+                    }
                 } else if constexpr (std::is_same_v<L, protocol::Logprobs>) {
                     if (!r.held_token) return fail("engine protocol error: LP without a T line");
+                    if (observer_) observer_->on_token(l.id);
                     r.queue->push(r.choice, TokenEvent{*r.held_token, std::move(l)});
                     r.held_token.reset();
                 } else if constexpr (std::is_same_v<L, protocol::PromptLogprobs>) {
+                    if (observer_) observer_->on_prompt_logprobs(l.id);
                     r.queue->push(r.choice, std::move(l));
                 } else {  // Done or Error: the one terminal line
                     if (r.held_token) return fail("engine protocol error: T without its LP line");
+                    if (observer_) {
+                        if constexpr (std::is_same_v<L, protocol::Done>) observer_->on_done(l.id, l, line);
+                        else observer_->on_error(l.id);
+                    }
                     r.queue->push(r.choice, std::move(l));
                     routes_.erase(it);
                 }
@@ -180,11 +196,13 @@ void EngineClient::dispatch(const std::string& line) {
 std::string EngineClient::submit(protocol::Gen gen, bool expect_lp, std::shared_ptr<EventQueue> queue, int choice) {
     gen.id = "r" + std::to_string(next_id_++);
     routes_[gen.id] = Route{std::move(queue), choice, expect_lp, std::nullopt};
+    if (observer_) observer_->on_submit(gen.id, static_cast<int64_t>(gen.prompt.size()));
     write(protocol::format(protocol::GatewayLine{gen}));
     return gen.id;
 }
 
-void EngineClient::cancel(const std::string& id) {
+void EngineClient::cancel(const std::string& id, bool stop_matched) {
+    if (routes_.count(id) && observer_) observer_->on_cancel(id, stop_matched);
     if (routes_.count(id) && ready_) write(protocol::format(protocol::GatewayLine{protocol::Cancel{id}}));
 }
 

@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "gateway/engine_observer.hpp"
 #include "gateway/net.hpp"
 #include "protocol/protocol.hpp"
 
@@ -92,8 +93,11 @@ public:
     /// under `choice`. Returns the request id. Requires ready().
     std::string submit(protocol::Gen gen, bool expect_lp, std::shared_ptr<EventQueue> queue, int choice);
     /// Sends CANCEL for a request still in flight (nothing for one that ended); the
-    /// request stays routed until its DONE or ERR.
-    void cancel(const std::string& id);
+    /// request stays routed until its DONE or ERR. `stop_matched`: the gateway ends it
+    /// because a stop string matched (for the metrics' finished_reason "stop").
+    void cancel(const std::string& id, bool stop_matched = false);
+    /// Reports every request's traffic to `o` (null: none). `o` must outlive this client.
+    void set_observer(EngineObserver* o) { observer_ = o; }
 
 private:
     struct Route {
@@ -124,6 +128,7 @@ private:
     std::map<std::string, Route> routes_;
     uint64_t next_id_ = 1;
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> log_{nullptr, &std::fclose};
+    EngineObserver* observer_ = nullptr;
 };
 
 }  // namespace loom::gateway

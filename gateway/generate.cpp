@@ -253,7 +253,7 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
             Released more = c.text_asm.push(t->token, t->lp ? &*t->lp : nullptr);
             rel.text += more.text;
             for (auto& e : more.entries) rel.entries.push_back(std::move(e));
-            if (c.text_asm.stopped()) app.engine->cancel(c.engine_id);
+            if (c.text_asm.stopped()) app.engine->cancel(c.engine_id, true);
             ok = co_await deliver(c, std::move(rel), std::nullopt);
         } else if (auto* plp = std::get_if<protocol::PromptLogprobs>(&ev)) {
             const auto& prompt = g.prompts[c.prompt_index];

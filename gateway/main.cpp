@@ -90,8 +90,10 @@ int main(int argc, char** argv) {
         cmd.args.push_back(std::to_string(ctx));
     }
     for (const auto& a : engine_args) cmd.args.push_back(a);
+    app.metrics = std::make_unique<Metrics>(app.opts.model_id);
     try {
         app.engine = std::make_unique<EngineClient>(io, cmd);
+        app.engine->set_observer(app.metrics.get());
     } catch (const std::exception& e) {
         std::cerr << "loom-gateway: " << e.what() << "\n";
         return 1;

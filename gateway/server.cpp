@@ -136,7 +136,8 @@ bool authorized(std::string_view auth, const std::string& key) {
 
 // The methods each known path takes; empty for an unknown path.
 std::string_view allowed_methods(std::string_view path) {
-    if (path == "/health" || path == "/v1/models" || path.starts_with("/v1/models/")) return "GET";
+    if (path == "/health" || path == "/metrics" || path == "/v1/models" || path.starts_with("/v1/models/"))
+        return "GET";
     if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" || path == "/detokenize")
         return "POST";
     return {};
@@ -198,6 +199,9 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
     if (path == "/health") {
         if (app.engine->ready()) co_await write_json(stream, http::status::ok, R"({"status":"ok"})", keep, version);
         else co_await write_json(stream, http::status::service_unavailable, R"({"status":"loading"})", keep, version);
+    } else if (path == "/metrics") {
+        co_await write_body(stream, http::status::ok, app.metrics->render(), "text/plain; version=0.0.4; charset=utf-8",
+                            keep, version);
     } else if (path == "/v1/models") {
         co_await write_json(stream, http::status::ok, models_body(app, false), keep, version);
     } else if (path.starts_with("/v1/models/")) {
@@ -323,9 +327,15 @@ ModelContext App::model_context() const {
 
 asio::awaitable<void> write_json(beast::tcp_stream& stream, http::status status, std::string body, bool keep_alive,
                                  unsigned version, std::string_view allow) {
+    co_await write_body(stream, status, std::move(body), "application/json", keep_alive, version, allow);
+}
+
+asio::awaitable<void> write_body(beast::tcp_stream& stream, http::status status, std::string body,
+                                 std::string_view content_type, bool keep_alive, unsigned version,
+                                 std::string_view allow) {
     http::response<http::string_body> res{status, version};
     res.set(http::field::server, "loom");
-    res.set(http::field::content_type, "application/json");
+    res.set(http::field::content_type, std::string(content_type));
     if (!allow.empty()) res.set(http::field::allow, std::string(allow));
     res.keep_alive(keep_alive);
     res.body() = std::move(body);

@@ -10,6 +10,7 @@
 
 #include "gateway/chat_prompt.hpp"
 #include "gateway/engine_client.hpp"
+#include "gateway/metrics.hpp"
 #include "gateway/net.hpp"
 #include "gateway/request_parser.hpp"
 #include "model/tokenizer.hpp"
@@ -31,6 +32,7 @@ struct App {
     ServerOptions opts;
     std::unique_ptr<model::Tokenizer> tokenizer;
     std::unique_ptr<ChatRenderer> chat;
+    std::unique_ptr<Metrics> metrics;  ///< GET /metrics; declared before engine, which reports to it
     std::unique_ptr<EngineClient> engine;
     int64_t created = 0;  ///< Unix time the gateway started (the model's "created")
     uint64_t next_response = 1;
@@ -52,6 +54,12 @@ unsigned short start_server(asio::io_context& io, App& app);
 asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
                                         const http::request<http::string_body>& req, Endpoint endpoint,
                                         bool& started);
+
+/// Writes a complete response with `status` and `content_type`; `extra`: further
+/// headers. Write errors are ignored: the session notices them on its next read.
+asio::awaitable<void> write_body(beast::tcp_stream& stream, http::status status, std::string body,
+                                 std::string_view content_type, bool keep_alive, unsigned version,
+                                 std::string_view allow = {});
 
 /// Writes a complete JSON response with `status`; `allow` (when not empty) is sent as
 /// the Allow header (405 answers). Write errors are ignored: the session notices them

@@ -10,7 +10,11 @@ a request ends with DONE ... length after max_tokens (default 16). CANCEL ends o
 DONE ... cancelled. Sleeping, not computing, sets the pace, so the ITL it offers does
 not depend on how busy the machine is.
 
-Options: --model M (ignored), --step S, --n-vocab N (default 512).
+Options: --model M (ignored), --step S, --n-vocab N (default 512),
+  --first-token-delay S   a request's first token comes S seconds after its GEN (a queue
+                          or a long prefill), instead of at the next step
+  --cached-tokens N       DONE lines carry cached_tokens=min(N, prompt tokens), as an
+                          engine with a prefix cache reports its hits
 """
 import os
 import select
@@ -26,12 +30,14 @@ def main():
     args = sys.argv[1:]
     step = float(opt(args, "--step", "0.005"))
     n_vocab = int(opt(args, "--n-vocab", "512"))
+    first_delay = float(opt(args, "--first-token-delay", "0"))
+    cached = opt(args, "--cached-tokens", None)
     out = sys.stdout
     out.write("HELLO loom/1 engine=paced-engine backend=cpu model=paced n_vocab=%d n_ctx=2048 bos=1 eos=2 eog=2 "
               "caps=logprobs,allowed,cancel,prompt_logprobs,penalties,logit_bias,processed_logprobs,seed "
               "max_logprobs=20\n" % n_vocab)
     out.flush()
-    active = {}  # id -> [prompt_tokens, generated, max_tokens, K or None, next token]
+    active = {}  # id -> [prompt_tokens, generated, max_tokens, K or None, next token, not before]
     order = []
     fd = sys.stdin.fileno()
     pending = b""
@@ -56,7 +62,7 @@ def main():
                 if not active:
                     next_step = time.monotonic() + step
                 active[parts[1]] = [len(kv["prompt"].split(",")), 0, int(kv.get("max_tokens", 16)), k,
-                                    259 + len(order) % 253]
+                                    259 + len(order) % 253, time.monotonic() + first_delay]
                 order.append(parts[1])
             elif parts[0] == "CANCEL" and parts[1] in active:
                 r = active.pop(parts[1])
@@ -71,8 +77,11 @@ def main():
         buf = []
         for rid in [r for r in order if r in active]:
             r = active[rid]
+            if r[5] > time.monotonic():
+                continue
             if r[1] >= r[2]:
-                buf.append("DONE %s length prompt_tokens=%d completion_tokens=%d\n" % (rid, r[0], r[1]))
+                extra = " cached_tokens=%d" % min(int(cached), r[0]) if cached is not None else ""
+                buf.append("DONE %s length prompt_tokens=%d completion_tokens=%d%s\n" % (rid, r[0], r[1], extra))
                 del active[rid]
                 continue
             tok = r[4]
