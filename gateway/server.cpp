@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "gateway/response_json.hpp"
+#include "gateway/static_assets.hpp"
 #include "gateway/text_assembler.hpp"
 
 namespace loom::gateway {
@@ -169,7 +170,11 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
     std::string path(req.target());
     if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
 
-    if (!app.opts.api_key.empty() && path != "/health") {
+    // The playground's files hold no data: a browser fetches them without a key (the
+    // page sends the key the user types with its API requests).
+    StaticAsset asset;
+    const bool is_asset = find_static_asset(path, asset);
+    if (!app.opts.api_key.empty() && path != "/health" && !is_asset) {
         const auto auth = req[http::field::authorization];
         if (!authorized(std::string_view(auth.data(), auth.size()), app.opts.api_key)) {
             co_await write_error(stream,
@@ -180,7 +185,7 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
         }
     }
 
-    const std::string_view allow = allowed_methods(path);
+    const std::string_view allow = is_asset ? "GET" : allowed_methods(path);
     if (allow.empty()) {
         co_await write_error(stream, ApiError(404, "no such endpoint: " + path, "", "not_found"), keep,
                              version);
@@ -196,7 +201,9 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
         co_return keep;
     }
 
-    if (path == "/health") {
+    if (is_asset) {
+        co_await write_body(stream, http::status::ok, std::string(asset.body), asset.content_type, keep, version);
+    } else if (path == "/health") {
         if (app.engine->ready()) co_await write_json(stream, http::status::ok, R"({"status":"ok"})", keep, version);
         else co_await write_json(stream, http::status::service_unavailable, R"({"status":"loading"})", keep, version);
     } else if (path == "/metrics") {

@@ -15,6 +15,7 @@ if [ "${LOOM_WITH_TEST_TOOLS:-0}" = 1 ]; then
   PKGS+=(clang libclang-rt-14-dev)             # fuzzing, sanitizers
   PKGS+=(hipcc libamdhip64-dev)                # compiling loom-engine-hip
   PKGS+=(python3-prometheus-client)            # a real Prometheus parser for /metrics (tests/e2e)
+  PKGS+=(chromium)                             # the playground page in a real browser (tests/e2e)
   # OpenAI client tests (tests/openai). A Node.js that is already there counts: e.g.
   # NodeSource's nodejs package bundles npm and conflicts with Debian's npm package.
   if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
