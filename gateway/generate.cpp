@@ -95,6 +95,7 @@ public:
         res.set(http::field::server, "loom");
         res.set(http::field::content_type, "text/event-stream");
         res.set(http::field::cache_control, "no-cache");
+        if (const auto id = request_id(s_); !id.empty()) res.set("x-request-id", std::string(id));
         res.chunked(true);
         http::response_serializer<http::empty_body> sr{res};
         boost::system::error_code ec;

@@ -1,11 +1,16 @@
 // loom-gateway: serves the OpenAI HTTP API and runs an engine child process.
 #include <boost/program_options.hpp>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
+#include "gateway/model_preload.hpp"
 #include "gateway/server.hpp"
 #include "model/gguf.hpp"
 
@@ -31,8 +36,9 @@ int main(int argc, char** argv) {
     std::vector<std::string> engine_args;
     po::options_description opts(
         "loom-gateway: an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions,\n"
-        "/v1/models, /tokenize, /detokenize, /health) that starts an engine process on a GGUF\n"
-        "model, talks to it over the loom engine protocol, and restarts it if it dies.\n\nOptions");
+        "/v1/models, /tokenize, /detokenize, /health, /metrics, and a playground page at /) that\n"
+        "reads a GGUF model file ahead (showing progress), starts an engine process on it, talks\n"
+        "to it over the loom engine protocol, and restarts it if it dies.\n\nOptions");
     opts.add_options()
         ("help,h", "print this help and exit")
         ("model,m", po::value(&model), "GGUF model file (required)")
@@ -99,20 +105,25 @@ int main(int argc, char** argv) {
         return 1;
     }
     int exit_code = 0;
-    app.engine->start(
-        [&](const loom::protocol::Hello& h) {
-            if (h.n_vocab < app.tokenizer->n_vocab())
-                std::cerr << "loom-gateway: warning: the engine has " << h.n_vocab << " logits but the vocabulary "
-                          << app.tokenizer->n_vocab() << " tokens\n";
-            std::cerr << "loom-gateway: engine ready: " << h.engine << " (" << h.backend << "), model " << h.model
-                      << ", context " << h.n_ctx << "\n";
-        },
-        [&](const std::string& why) {
-            std::cerr << "loom-gateway: the engine did not start: " << why << "\n";
-            exit_code = 1;
-            io.stop();
-        });
     unsigned short bound = 0;
+    uint64_t hellos = 0;
+    auto start_engine = [&] {
+        app.engine->start(
+            [&](const loom::protocol::Hello& h) {
+                if (h.n_vocab < app.tokenizer->n_vocab())
+                    std::cerr << "loom-gateway: warning: the engine has " << h.n_vocab << " logits but the vocabulary "
+                              << app.tokenizer->n_vocab() << " tokens\n";
+                // One line that says the server is ready, with the URL to open.
+                std::cerr << "loom-gateway: " << (hellos++ ? "ready again (engine restarted)" : "ready")
+                          << " on http://" << host << ":" << bound << " (model '" << app.opts.model_id << "', "
+                          << h.engine << " on " << h.backend << ", context " << h.n_ctx << "; the playground is at /)\n";
+            },
+            [&](const std::string& why) {
+                std::cerr << "loom-gateway: the engine did not start: " << why << "\n";
+                exit_code = 1;
+                io.stop();
+            });
+    };
     try {
         bound = start_server(io, app);
     } catch (const std::exception& e) {
@@ -122,12 +133,22 @@ int main(int argc, char** argv) {
     }
     std::cerr << "loom-gateway: listening on http://" << host << ":" << bound << " (model id '" << app.opts.model_id
               << "')\n";
+    // Read the model file ahead of the engine (with progress) on a thread of its own, so
+    // that /health answers "loading" meanwhile; then start the engine on the io thread.
+    std::atomic<bool> cancel_preload{false};
+    std::thread preload([&] {
+        preload_model(model, stderr, ::isatty(STDERR_FILENO) == 1, cancel_preload);
+        if (!cancel_preload) asio::post(io, start_engine);
+    });
     asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](const boost::system::error_code&, int) {
+        cancel_preload = true;
         app.engine->stop();
         io.stop();
     });
     io.run();
+    cancel_preload = true;
+    preload.join();
     app.engine->stop();
     return exit_code;
 }

@@ -5,8 +5,11 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
 #include <cctype>
 #include <iostream>
+#include <random>
+#include <unordered_map>
 
 #include "gateway/response_json.hpp"
 #include "gateway/static_assets.hpp"
@@ -14,6 +17,26 @@
 
 namespace loom::gateway {
 namespace {
+
+// The request id of each connection's current request (one at a time per connection:
+// HTTP/1.1 answers in order). Only the io_context thread touches it.
+std::unordered_map<const beast::tcp_stream*, std::string>& request_ids() {
+    static std::unordered_map<const beast::tcp_stream*, std::string> ids;
+    return ids;
+}
+
+// The client's x-request-id when it is 1..200 visible ASCII characters, else 32 random
+// hex digits (as vLLM answers with a random id when the client sent none).
+std::string choose_request_id(std::string_view sent) {
+    const bool usable = !sent.empty() && sent.size() <= 200 &&
+                        std::all_of(sent.begin(), sent.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+    if (usable) return std::string(sent);
+    static std::mt19937_64 rng{std::random_device{}()};
+    char buf[33];
+    std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                  static_cast<unsigned long long>(rng()));
+    return buf;
+}
 
 // The model object (OpenAI "Models" reference) or, with single=false, the list
 // holding it. max_model_len (vLLM's extension) once the engine has said its context.
@@ -239,8 +262,13 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
 
 asio::awaitable<void> session(tcp::socket socket, App& app) {
     beast::tcp_stream stream(std::move(socket));
+    struct Forget {  // the connection's request id goes with it, however the session ends
+        const beast::tcp_stream* s;
+        ~Forget() { request_ids().erase(s); }
+    } forget{&stream};
     beast::flat_buffer buf;
     while (true) {
+        request_ids().erase(&stream);
         http::request_parser<http::string_body> parser;
         parser.body_limit(app.opts.max_body_bytes);
         parser.header_limit(64 * 1024);
@@ -255,6 +283,12 @@ asio::awaitable<void> session(tcp::socket socket, App& app) {
                 co_await http::async_write(stream, cont, asio::redirect_error(asio::use_awaitable, ec));
             }
             if (!ec) co_await http::async_read(stream, buf, parser, asio::redirect_error(asio::use_awaitable, ec));
+        }
+        if (!ec || ec == http::error::body_limit) {
+            const auto sent = parser.get()["x-request-id"];
+            request_ids()[&stream] = choose_request_id(std::string_view(sent.data(), sent.size()));
+        } else if (ec != http::error::end_of_stream) {
+            request_ids()[&stream] = choose_request_id({});
         }
         if (ec == http::error::body_limit) {
             co_await write_error(stream,
@@ -343,12 +377,18 @@ asio::awaitable<void> write_body(beast::tcp_stream& stream, http::status status,
     http::response<http::string_body> res{status, version};
     res.set(http::field::server, "loom");
     res.set(http::field::content_type, std::string(content_type));
+    if (const auto id = request_id(stream); !id.empty()) res.set("x-request-id", std::string(id));
     if (!allow.empty()) res.set(http::field::allow, std::string(allow));
     res.keep_alive(keep_alive);
     res.body() = std::move(body);
     res.prepare_payload();
     boost::system::error_code ec;
     co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+}
+
+std::string_view request_id(const beast::tcp_stream& stream) {
+    const auto it = request_ids().find(&stream);
+    return it == request_ids().end() ? std::string_view() : std::string_view(it->second);
 }
 
 unsigned short start_server(asio::io_context& io, App& app) {

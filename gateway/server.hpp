@@ -55,6 +55,11 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
                                         const http::request<http::string_body>& req, Endpoint endpoint,
                                         bool& started);
 
+/// The x-request-id of the request `stream` is answering now (set by the session for
+/// each request: the client's own when it sent a usable one, else a new random id);
+/// every response on the connection carries it. Empty outside a request.
+std::string_view request_id(const beast::tcp_stream& stream);
+
 /// Writes a complete response with `status` and `content_type`; `extra`: further
 /// headers. Write errors are ignored: the session notices them on its next read.
 asio::awaitable<void> write_body(beast::tcp_stream& stream, http::status status, std::string body,

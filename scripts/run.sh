@@ -6,10 +6,16 @@
 # Default model: models-default/stories260K.gguf, shipped in the repository (1.2 MB,
 # MIT; see models-default/README.md) and checked against its sha256, so that a fresh
 # clone serves real English text without network access.
+# LOOM_BIN_DIR=<folder>: use the binaries there instead of installing and building
+# (tests/e2e/test_run_script.py runs this script that way in a fresh copy of the tree).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
-scripts/build.sh build
+bin="${LOOM_BIN_DIR:-}"
+if [ -z "$bin" ]; then
+  scripts/install-deps.sh
+  scripts/build.sh build
+  bin=build/bin
+fi
 
 model=""
 args=()
@@ -29,4 +35,4 @@ if [ -z "$model" ]; then
   fi
 fi
 echo "run: starting loom-gateway on $model (Ctrl-C stops it)"
-exec build/bin/loom-gateway --model "$model" "${args[@]}"
+exec "$bin/loom-gateway" --model "$model" "${args[@]}"
