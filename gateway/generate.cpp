@@ -12,6 +12,8 @@
 #include "gateway/response_json.hpp"
 #include "gateway/sampling_params.hpp"
 #include "gateway/server.hpp"
+#include "gateway/serving_chat.hpp"
+#include "gateway/serving_completions.hpp"
 #include "gateway/text_assembler.hpp"
 
 namespace loom::gateway {
@@ -136,7 +138,8 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
     GenerationRequest g;
     std::optional<ApiError> invalid;
     try {
-        g = parse_generation_request(req.body(), endpoint, app.model_context());
+        g = endpoint == Endpoint::ChatCompletions ? build_chat_request(req.body(), app.model_context())
+                                                  : build_completion_request(req.body(), app.model_context());
         check_against_engine(g, app.engine->hello());
     } catch (const ApiError& e) {
         invalid = e;
