@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "gateway/response_json.hpp"
+#include "gateway/serving_chat.hpp"
 #include "gateway/static_assets.hpp"
 #include "gateway/text_assembler.hpp"
 
