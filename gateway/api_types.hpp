@@ -26,8 +26,9 @@ struct ApiError : std::runtime_error {
     std::string message, type, param, code;
 };
 
-/// Which OpenAI endpoint a request came to: POST /v1/completions or /v1/chat/completions.
-enum class Endpoint { Completions, ChatCompletions };
+/// Which OpenAI endpoint a request came to: POST /v1/completions, /v1/chat/completions
+/// or /v1/responses (generated as a chat; see serving_responses.hpp).
+enum class Endpoint { Completions, ChatCompletions, Responses };
 
 /// A validated generation request. Each prompt yields `n` choices; choice index =
 /// prompt_index * n + i, as the OpenAI API numbers them.
@@ -45,6 +46,8 @@ struct GenerationRequest {
     bool stream = false;
     bool include_usage = false;                 ///< stream_options.include_usage
     bool tokens_as_ids = false;                 ///< return_tokens_as_token_ids (vLLM): token = "token_id:<id>"
+    std::optional<std::string> instructions;    ///< responses: `instructions`, echoed in the response object
+    std::string metadata_json = "{}";           ///< responses: `metadata`, echoed (JSON text)
 };
 
 }  // namespace loom::gateway

@@ -26,13 +26,23 @@ public:
     /// BOS itself); false: the fallback is used and the tokenizer adds BOS.
     bool has_template() const { return !template_.empty(); }
 
-    /// The fallback: each message's text content (string, or its text parts
-    /// concatenated), in order, joined by "\n"; roles are not marked and nothing is
-    /// added for the generation prompt. Meant for base models such as stories260K.
+    /// The fallback: each message's text content (string, or its text parts joined by
+    /// "\n"), in order, joined by "\n"; roles are not marked and nothing is added for
+    /// the generation prompt. Meant for base models such as stories260K.
     static std::string fallback(const rapidjson::Value& messages);
+
+    /// Whether a chat template reads a message's content as a list of parts (loops over
+    /// it, indexes it, or loops over a variable set from it), as vLLM's content-format
+    /// detection decides ("openai" against "string"). A template that does not gets every
+    /// content array as one string: its text parts joined by "\n".
+    static bool template_reads_content_parts(const std::string& tmpl);
+
+    /// True when this model's template takes content parts as a list.
+    bool takes_content_parts() const { return parts_; }
 
 private:
     std::string template_, bos_, eos_;
+    bool parts_ = false;
 };
 
 }  // namespace loom::gateway

@@ -13,7 +13,7 @@ void append(Released& to, Released&& from) {
 
 Choice::Choice(const model::Tokenizer& tok, const GenerationRequest& req, int index, size_t prompt_index)
     : req_(req), index_(index), prompt_index_(prompt_index),
-      text_asm_(tok, req.stop, req.endpoint != Endpoint::ChatCompletions), echo_(req.echo) {}
+      text_asm_(tok, req.stop, req.endpoint == Endpoint::Completions), echo_(req.echo) {}
 
 Released Choice::echo_rest() {
     Released all;

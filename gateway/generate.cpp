@@ -15,7 +15,9 @@
 #include "gateway/sampling_params.hpp"
 #include "gateway/server.hpp"
 #include "gateway/serving_chat.hpp"
+#include "gateway/responses_json.hpp"
 #include "gateway/serving_completions.hpp"
+#include "gateway/serving_responses.hpp"
 #include "gateway/stream_driver.hpp"
 
 namespace loom::gateway {
@@ -62,8 +64,10 @@ std::variant<GenerationRequest, ApiError> build_request(App& app, const std::str
     if (!app.engine->ready())
         return ApiError(503, "the engine is not ready; retry shortly", "", "engine_unavailable", "server_error");
     try {
-        GenerationRequest g = endpoint == Endpoint::ChatCompletions ? build_chat_request(body, app.model_context())
-                                                                    : build_completion_request(body, app.model_context());
+        const ModelContext ctx = app.model_context();
+        GenerationRequest g = endpoint == Endpoint::ChatCompletions ? build_chat_request(body, ctx)
+                              : endpoint == Endpoint::Responses     ? build_responses_request(body, ctx)
+                                                                    : build_completion_request(body, ctx);
         check_against_engine(g, app.engine->hello());
         return g;
     } catch (const ApiError& e) {
@@ -96,7 +100,8 @@ std::string response_id(App& app, Endpoint ep) {
     char buf[40];
     std::snprintf(buf, sizeof buf, "%08llx%08llx", static_cast<unsigned long long>(app.created & 0xffffffff),
                   static_cast<unsigned long long>(app.next_response++));
-    return std::string(ep == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") + buf;
+    return std::string(ep == Endpoint::ChatCompletions ? "chatcmpl-" : ep == Endpoint::Responses ? "resp_" : "cmpl-") +
+           buf;
 }
 
 }  // namespace
@@ -131,7 +136,10 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
     }
     std::vector<ChoiceOut> outs;
     for (auto& c : choices) outs.push_back(c->take_whole());
-    co_await write_json(stream, http::status::ok, full_response(g, meta, *app.tokenizer, outs, usage), keep, version);
+    const std::string body = endpoint == Endpoint::Responses
+                                 ? response_object(g, meta, *app.tokenizer, &outs.at(0), &usage)
+                                 : full_response(g, meta, *app.tokenizer, outs, usage);
+    co_await write_json(stream, http::status::ok, body, keep, version);
     co_return true;
 }
 

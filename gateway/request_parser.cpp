@@ -56,9 +56,10 @@ rapidjson::Document parse_json_object(std::string_view body) {
 GenerationRequest parse_common_fields(const Value& body, Endpoint endpoint, const ModelContext& ctx) {
     GenerationRequest r;
     r.endpoint = endpoint;
+    // `model` may be left out: this server serves one model (as vLLM allows).
     const Value* model = find_field(body, "model");
-    if (!model || !model->IsString()) bad_request("model", "'model' is required and must be a string");
-    r.model = model->GetString();
+    if (model && !model->IsString()) bad_request("model", "'model' must be a string");
+    r.model = model ? model->GetString() : ctx.model_id;
     if (r.model != ctx.model_id)
         throw ApiError(404, "The model '" + r.model + "' does not exist; this server serves '" + ctx.model_id + "'",
                        "model", "model_not_found");

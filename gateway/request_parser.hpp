@@ -38,9 +38,9 @@ struct ModelContext {
 rapidjson::Document parse_json_object(std::string_view body);
 
 /// Validates the fields of `body` that both endpoints share and returns them as a
-/// request for `endpoint` without prompts: `model` must be ctx.model_id (else 404,
-/// code model_not_found); `n` in 1..128, `best_of` equal to it; the sampling fields
-/// (parse_sampling_params()); `stream` and `stream_options.include_usage` (only with
+/// request for `endpoint` without prompts: `model`, when given, must be ctx.model_id
+/// (else 404, code model_not_found; left out, it is ctx.model_id); `n` in 1..128,
+/// `best_of` equal to it; the sampling fields (parse_sampling_params()); `stream` and `stream_options.include_usage` (only with
 /// stream); `stop`, a string or up to 4 non-empty strings; `return_tokens_as_token_ids`;
 /// `max_completion_tokens`, else `max_tokens`, in 0..ctx.n_ctx (absent: left unset).
 /// Throws ApiError(400) naming the first invalid field.

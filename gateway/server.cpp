@@ -109,8 +109,10 @@ std::string tokenize_body(const App& app, const std::string& body, bool detokeni
             if (!d["prompt"].IsString()) throw ApiError(400, "'prompt' must be a string", "prompt");
             text.assign(d["prompt"].GetString(), d["prompt"].GetStringLength());
         } else if (d.HasMember("messages")) {
-            validate_messages(d["messages"]);
-            text = app.chat->render(d["messages"], nullptr, true, nullptr);
+            // Exactly what /v1/chat/completions renders: the same messages, `tools`,
+            // `chat_template_kwargs` and `add_generation_prompt`, so that `count` equals
+            // that request's usage.prompt_tokens.
+            text = render_chat_prompt(d, app.model_context());
             add_special = add_special && !app.chat->has_template();
         } else {
             throw ApiError(400, "give 'prompt' (a string) or 'messages'", "prompt");
@@ -163,7 +165,8 @@ bool authorized(std::string_view auth, const std::string& key) {
 std::string_view allowed_methods(std::string_view path) {
     if (path == "/health" || path == "/metrics" || path == "/v1/models" || path.starts_with("/v1/models/"))
         return "GET";
-    if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" || path == "/detokenize")
+    if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/responses" || path == "/tokenize" ||
+        path == "/detokenize")
         return "POST";
     return {};
 }
@@ -244,8 +247,10 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
                                                    app.opts.model_id + "'",
                                           "model", "model_not_found"),
                                  keep, version);
-    } else if (path == "/v1/completions" || path == "/v1/chat/completions") {
-        const Endpoint ep = path == "/v1/completions" ? Endpoint::Completions : Endpoint::ChatCompletions;
+    } else if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/responses") {
+        const Endpoint ep = path == "/v1/completions"   ? Endpoint::Completions
+                            : path == "/v1/responses" ? Endpoint::Responses
+                                                      : Endpoint::ChatCompletions;
         co_return co_await handle_generation(app, stream, req, ep, started) && keep;
     } else {  // /tokenize, /detokenize
         std::optional<ApiError> err;

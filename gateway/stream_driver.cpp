@@ -43,6 +43,13 @@ asio::awaitable<bool> SseWriter::event(const std::string& data) {
     co_return !ec;
 }
 
+asio::awaitable<bool> SseWriter::event(const std::string& name, const std::string& data) {
+    std::string payload = "event: " + name + "\ndata: " + data + "\n\n";
+    boost::system::error_code ec;
+    co_await asio::async_write(s_, http::make_chunk(asio::buffer(payload)), asio::redirect_error(asio::use_awaitable, ec));
+    co_return !ec;
+}
+
 asio::awaitable<bool> SseWriter::end() {
     boost::system::error_code ec;
     co_await asio::async_write(s_, http::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));
@@ -54,6 +61,7 @@ StreamDriver::StreamDriver(beast::tcp_stream& stream, EngineClient& engine, std:
                            const ResponseMeta& meta, const model::Tokenizer& tok)
     : stream_(stream), engine_(engine), queue_(std::move(queue)), choices_(choices), req_(req), meta_(meta), tok_(tok),
       sse_(stream) {
+    if (req.endpoint == Endpoint::Responses) responses_ = std::make_unique<ResponsesStream>(req, meta, tok);
     asio::co_spawn(stream_.get_executor(), watch_disconnect(stream_.socket(), queue_, live_), asio::detached);
 }
 
@@ -73,6 +81,9 @@ void StreamDriver::cancel_open() {
 
 asio::awaitable<bool> StreamDriver::begin(unsigned version) {
     bool ok = co_await sse_.header(version);
+    if (ok && responses_)
+        for (const auto& [name, data] : responses_->begin())
+            if (!(ok = co_await sse_.event(name, data))) break;
     if (ok && req_.endpoint == Endpoint::ChatCompletions)
         for (auto& c : choices_) {
             ChoiceOut out;
@@ -136,12 +147,26 @@ asio::awaitable<bool> StreamDriver::deliver(Choice& c, Released rel, std::option
         c.keep(std::move(rel));
         co_return true;
     }
+    if (responses_) {
+        // The closing events need the whole message: keep it as well.
+        if (rel.empty()) co_return true;
+        c.keep(rel);
+        const ChoiceOut out = c.chunk(std::move(rel), std::nullopt);
+        const auto [name, data] = responses_->delta(out);
+        co_return co_await sse_.event(name, data);
+    }
     if (rel.empty() && !finish) co_return true;
     const ChoiceOut out = c.chunk(std::move(rel), std::move(finish));
     co_return co_await sse_.event(stream_chunk(req_, meta_, tok_, &out, nullptr));
 }
 
 asio::awaitable<bool> StreamDriver::end(const Usage& usage) {
+    if (responses_) {  // no [DONE]: response.completed (or .incomplete, .failed) ends it
+        const ChoiceOut whole = choices_.at(0)->take_whole();
+        for (const auto& [name, data] : responses_->end(whole, usage, failure_))
+            if (!co_await sse_.event(name, data)) co_return false;
+        co_return co_await sse_.end();
+    }
     // An engine failure mid-stream: an error event (the OpenAI error object), then the
     // usual end of the stream.
     if (failure_) co_await sse_.event(error_body(*failure_));

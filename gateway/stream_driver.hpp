@@ -17,6 +17,7 @@
 #include "gateway/engine_client.hpp"
 #include "gateway/net.hpp"
 #include "gateway/response_json.hpp"
+#include "gateway/responses_json.hpp"
 
 namespace loom::gateway {
 
@@ -29,6 +30,8 @@ public:
     asio::awaitable<bool> header(unsigned version);
     /// One event, `data: <data>\n\n`, as one chunk.
     asio::awaitable<bool> event(const std::string& data);
+    /// One named event, `event: <name>\ndata: <data>\n\n`, as one chunk.
+    asio::awaitable<bool> event(const std::string& name, const std::string& data);
     /// The last (empty) chunk.
     asio::awaitable<bool> end();
 
@@ -84,6 +87,7 @@ private:
     const ResponseMeta& meta_;
     const model::Tokenizer& tok_;
     SseWriter sse_;
+    std::unique_ptr<ResponsesStream> responses_;  // the Responses API's events (endpoint Responses)
     std::shared_ptr<bool> live_ = std::make_shared<bool>(true);  // the watch still matters
     std::optional<ApiError> failure_;
     bool client_gone_ = false;
