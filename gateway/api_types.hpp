@@ -36,6 +36,9 @@ struct GenerationRequest {
     Endpoint endpoint = Endpoint::Completions;
     std::string model;
     std::vector<std::vector<int32_t>> prompts;  ///< token ids per prompt
+    /// completions: each prompt's text as sent (nullopt for a prompt sent as token ids);
+    /// `echo` returns this text exactly, before the completion
+    std::vector<std::optional<std::string>> prompt_texts;
     int n = 1;
     std::optional<int64_t> max_tokens;          ///< absent: until the context is full
     protocol::Gen sampling;                     ///< sampling keys; gen_for_choice() adds the rest
@@ -46,6 +49,8 @@ struct GenerationRequest {
     bool stream = false;
     bool include_usage = false;                 ///< stream_options.include_usage
     bool tokens_as_ids = false;                 ///< return_tokens_as_token_ids (vLLM): token = "token_id:<id>"
+    std::optional<int> prompt_logprobs;         ///< vLLM's prompt_logprobs: K alternatives per prompt position
+    bool return_token_ids = false;              ///< vLLM's return_token_ids: prompt_token_ids and token_ids
     std::optional<std::string> instructions;    ///< responses: `instructions`, echoed in the response object
     std::string metadata_json = "{}";           ///< responses: `metadata`, echoed (JSON text)
 };

@@ -20,6 +20,15 @@
 
 namespace loom::gateway {
 
+/// What each prompt token adds to an echoed prompt `text` (the prompt as the client sent
+/// it, which `ids` tokenize): its own bytes where the text has them next; without the
+/// leading space where the text lacks it (SentencePiece's dummy prefix); nothing for a
+/// special token the text does not spell (an added BOS). A token the walk cannot match
+/// gets the rest of the text (and later ones nothing), so the pieces always join to
+/// exactly `text`.
+std::vector<std::string> align_prompt_text(const model::Tokenizer& tok, const std::vector<int32_t>& ids,
+                                           const std::string& text);
+
 /// The state of one choice from its GEN to its DONE or ERR. Not thread-safe.
 class Choice {
 public:
@@ -74,6 +83,7 @@ public:
 
 private:
     Released echo_rest();
+    Released echo_token(const protocol::PromptLogprobs* plp);
 
     const GenerationRequest& req_;
     int index_ = 0;
@@ -81,6 +91,11 @@ private:
     TextAssembler text_asm_;
     bool echo_ = false;                  // prompt tokens are still to be echoed
     size_t echo_next_ = 0;               // next prompt token to echo
+    std::vector<std::string> echo_text_; // per prompt token: what it adds to the text (a text prompt)
+    std::vector<std::optional<protocol::PromptLogprobs>> plps_;  // prompt_logprobs: the PLP lines by index
+    std::vector<int32_t> token_ids_;     // return_token_ids: generated ids not yet sent (streamed) or all
+    bool prompt_sent_ = false;           // streamed: the prompt's extras went out with a chunk
+    void attach_extras(ChoiceOut& out, bool first);
     std::string text_;                   // non-streamed: all released text
     std::vector<LogprobEntry> entries_;  // non-streamed: all released entries
     std::optional<std::string> finish_;

@@ -38,6 +38,7 @@ void check_against_engine(const GenerationRequest& g, const protocol::Hello& h) 
     const auto& s = g.sampling;
     need(g.logprobs, cap::kLogprobs, "logprobs", "logprobs");
     need(g.echo && g.logprobs, cap::kPromptLogprobs, "prompt logprobs (echo with logprobs)", "echo");
+    need(g.prompt_logprobs.has_value(), cap::kPromptLogprobs, "prompt_logprobs", "prompt_logprobs");
     need(!s.allowed.empty(), cap::kAllowed, "allowed_token_ids", "allowed_token_ids");
     need(!s.logit_bias.empty(), cap::kLogitBias, "logit_bias", "logit_bias");
     need(s.presence_penalty != 0 || s.frequency_penalty != 0 || s.repetition_penalty != 1, cap::kPenalties,

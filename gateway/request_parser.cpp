@@ -70,6 +70,10 @@ GenerationRequest parse_common_fields(const Value& body, Endpoint endpoint, cons
     parse_stream(body, r);
     r.stop = stops(body);
     r.tokens_as_ids = boolean_field(body, "return_tokens_as_token_ids", false);
+    // vLLM's extensions: the prompt's logprobs (K alternatives, 0..20; vLLM's -1, the
+    // whole vocabulary, is refused) and the token ids of prompt and completion.
+    if (auto k = integer_field(body, "prompt_logprobs", 0, protocol::kMaxLogprobs)) r.prompt_logprobs = static_cast<int>(*k);
+    r.return_token_ids = boolean_field(body, "return_token_ids", false);
     std::optional<int64_t> mt = integer_field(body, "max_completion_tokens", 0, ctx.n_ctx);
     if (!mt) mt = integer_field(body, "max_tokens", 0, ctx.n_ctx);
     r.max_tokens = mt;

@@ -91,7 +91,9 @@ void legacy_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<L
     w.StartArray();
     // An entry's bytes are exactly what it adds to `text` (a special token's text
     // included), so the tokens, joined, spell the text.
-    for (const LogprobEntry& e : entries) str(w, display(tok, as_ids, e.token, e.bytes, false));
+    // With echo, a prompt token's `token` spells its own bytes (BOS, a dummy-prefix
+    // space), which the text, the prompt as sent, may not hold.
+    for (const LogprobEntry& e : entries) str(w, display(tok, as_ids, e.token, e.own_bytes.value_or(e.bytes), false));
     w.EndArray();
     w.Key("token_logprobs");
     w.StartArray();
@@ -131,6 +133,66 @@ void legacy_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<L
     }
     w.EndArray();
     w.EndObject();
+}
+
+// vLLM's prompt_logprobs: per prompt position null (the first) or {"<id>": {logprob,
+// rank, decoded_token}} for the prompt's token and the top alternatives. A rank is the
+// token's 1-based place in the distribution; the prompt's token outside the top K gets
+// null (the engine reports no rank beyond them).
+void prompt_logprobs_array(Writer& w, const model::Tokenizer& tok, const ChoiceOut& c) {
+    w.Key("prompt_logprobs");
+    w.StartArray();
+    const auto& plps = *c.prompt_logprobs;
+    for (size_t i = 0; i < plps.size(); ++i) {
+        const auto& p = plps[i];
+        if (!p || !p->logprob || !c.prompt || i >= c.prompt->size()) {
+            w.Null();
+            continue;
+        }
+        const int32_t actual = (*c.prompt)[i];
+        auto entry = [&](int32_t id, float lp, std::optional<int64_t> rank) {
+            const std::string key = std::to_string(id);
+            w.Key(key.c_str(), static_cast<rapidjson::SizeType>(key.size()), true);
+            w.StartObject();
+            w.Key("logprob");
+            logprob(w, lp);
+            w.Key("rank");
+            if (rank) w.Int64(*rank);
+            else w.Null();
+            w.Key("decoded_token");
+            const bool special = tok.vocab().is_special(id);
+            str(w, special ? tok.vocab().tokens.at(static_cast<size_t>(id)) : sanitize_utf8(tok.token_bytes(id)));
+            w.EndObject();
+        };
+        w.StartObject();
+        bool in_top = false;
+        for (const auto& [id, lp] : p->top) in_top = in_top || id == actual;
+        if (!in_top) {
+            std::optional<int64_t> rank;
+            if (!p->top.empty() && *p->logprob >= p->top.back().second) {
+                int64_t above = 0;
+                for (const auto& [id, lp] : p->top) above += lp > *p->logprob;
+                rank = above + 1;
+            }
+            entry(actual, *p->logprob, rank);
+        }
+        for (size_t k = 0; k < p->top.size(); ++k) entry(p->top[k].first, p->top[k].second, static_cast<int64_t>(k + 1));
+        w.EndObject();
+    }
+    w.EndArray();
+}
+
+void id_list(Writer& w, const char* key, const std::vector<int32_t>& ids) {
+    w.Key(key);
+    w.StartArray();
+    for (int32_t id : ids) w.Int(id);
+    w.EndArray();
+}
+
+// The prompt's extras (vLLM): per choice for completions, at the top level for chat.
+void prompt_extras(Writer& w, const model::Tokenizer& tok, const ChoiceOut& c) {
+    if (c.prompt_logprobs) prompt_logprobs_array(w, tok, c);
+    if (c.prompt_ids_out && c.prompt) id_list(w, "prompt_token_ids", *c.prompt);
 }
 
 void header(Writer& w, const GenerationRequest& req, const ResponseMeta& meta, bool chunk) {
@@ -197,6 +259,8 @@ void choice(Writer& w, const GenerationRequest& req, const model::Tokenizer& tok
     w.Key("finish_reason");
     if (c.finish_reason) w.String(c.finish_reason->c_str());
     else w.Null();
+    if (!chat) prompt_extras(w, tok, c);
+    if (c.token_ids) id_list(w, "token_ids", *c.token_ids);
     w.EndObject();
 }
 
@@ -232,6 +296,7 @@ std::string full_response(const GenerationRequest& req, const ResponseMeta& meta
     w.StartArray();
     for (const ChoiceOut& c : choices) choice(w, req, tok, c, false);
     w.EndArray();
+    if (req.endpoint == Endpoint::ChatCompletions && !choices.empty()) prompt_extras(w, tok, choices[0]);
     usage_obj(w, usage);
     w.EndObject();
     return buf.GetString();
@@ -247,6 +312,7 @@ std::string stream_chunk(const GenerationRequest& req, const ResponseMeta& meta,
     w.StartArray();
     if (c) choice(w, req, tok, *c, true);
     w.EndArray();
+    if (c && req.endpoint == Endpoint::ChatCompletions) prompt_extras(w, tok, *c);
     if (usage) usage_obj(w, *usage);
     else if (req.include_usage) {
         w.Key("usage");

@@ -25,6 +25,15 @@ struct ChoiceOut {
     std::optional<std::string> finish_reason;
     int64_t text_offset = 0;             ///< completions: characters before `text` in this choice
     bool first_chunk = false;            ///< chat streams: the first chunk carries the role
+    /// vLLM's prompt_logprobs (one per prompt token; the first has no value), when asked
+    /// for; chat writes them at the top level. Not owned.
+    const std::vector<std::optional<protocol::PromptLogprobs>>* prompt_logprobs = nullptr;
+    /// The prompt's token ids (not owned): written as prompt_token_ids when
+    /// `prompt_ids_out`; needed with prompt_logprobs.
+    const std::vector<int32_t>* prompt = nullptr;
+    bool prompt_ids_out = false;
+    /// vLLM's return_token_ids: the ids generated in this choice or chunk.
+    std::optional<std::vector<int32_t>> token_ids;
 };
 
 /// Token counts for `usage` (total_tokens is their sum).

@@ -76,6 +76,7 @@ protocol::Gen gen_for_choice(const GenerationRequest& r, size_t prompt_index, in
     gen.max_tokens = r.max_tokens.value_or(n_ctx - static_cast<int64_t>(gen.prompt.size()));
     if (r.logprobs) gen.logprobs = r.top_logprobs;
     if (r.echo && r.logprobs) gen.prompt_logprobs = r.top_logprobs;
+    if (r.prompt_logprobs) gen.prompt_logprobs = std::max(gen.prompt_logprobs.value_or(0), *r.prompt_logprobs);
     if (gen.seed && sample > 0) gen.seed = *gen.seed + static_cast<uint64_t>(sample);
     return gen;
 }

@@ -83,7 +83,12 @@ GenerationRequest build_completion_request(std::string_view body_text, const Mod
     r.echo = boolean_field(body, "echo", false);
     if (find_field(body, "suffix")) bad_request("suffix", "'suffix' is not supported");
     if (!r.max_tokens) r.max_tokens = 16;  // the completions API's default
-    r.prompts = tokenize_completion_prompts(completion_prompts(body, *ctx.tokenizer), *ctx.tokenizer);
+    const std::vector<CompletionPrompt> prompts = completion_prompts(body, *ctx.tokenizer);
+    r.prompts = tokenize_completion_prompts(prompts, *ctx.tokenizer);
+    for (const CompletionPrompt& p : prompts) {
+        const auto* text = std::get_if<std::string>(&p);
+        r.prompt_texts.push_back(text ? std::optional<std::string>(*text) : std::nullopt);
+    }
     check_context_length(r, ctx.n_ctx, "prompt");
     return r;
 }

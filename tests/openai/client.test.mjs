@@ -1,6 +1,8 @@
 // The official OpenAI client (npm package `openai`, pinned in package.json) drives
 // loom-gateway: chat and completions, streamed and not; logprobs read through the
-// client's types; n and stop; errors arriving as the client's error classes.
+// client's types; n and stop; errors arriving as the client's error classes; the
+// Responses API (responses.create, streamed and not, with logprobs); echo scoring;
+// vLLM's prompt_logprobs and return_token_ids; content parts on a templated model.
 // Run by CTest (tests/openai/CMakeLists.txt) with node's built-in test runner:
 //   LOOM_BIN=build/bin LOOM_SHARED=../shared node --test tests/openai/
 import { after, before, describe, test } from 'node:test';
@@ -26,8 +28,13 @@ const messages = (content = PROMPT) => [{ role: 'user', content }];
 
 // Starts loom-gateway on a free port; resolves to {proc, port} once it listens.
 function startGateway(args) {
+  return startGatewayOn(MODEL_FILE, args);
+}
+
+// The same on another model file.
+function startGatewayOn(modelFile, args) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(path.join(BIN, 'loom-gateway'), ['--model', MODEL_FILE, '--port', '0', ...args], {
+    const proc = spawn(path.join(BIN, 'loom-gateway'), ['--model', modelFile, '--port', '0', ...args], {
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let log = '';
@@ -298,5 +305,201 @@ describe('an engine that dies mid-stream', () => {
     const r = await client.chat.completions.create({ model: MODEL, messages: messages(), max_tokens: 3 });
     assert.equal(r.usage.completion_tokens, 3);
     assert.equal(r.choices[0].finish_reason, 'length');
+  });
+});
+
+describe('the Responses API, echo scoring and vLLM extensions through the openai client', () => {
+  let gw;
+  let client;
+  before(async () => {
+    gw = await startGateway([]);
+    await waitReady(gw.port);
+    client = clientFor(gw.port, 'unused');
+  });
+  after(() => stopGateway(gw));
+
+  test('responses.create: text, status and usage', async () => {
+    const r = await client.responses.create({ model: MODEL, input: PROMPT, max_output_tokens: 8, temperature: 0 });
+    assert.equal(r.object, 'response');
+    assert.match(r.id, /^resp_/);
+    assert.equal(r.output_text, ', there was a little girl'); // the SDK's own join of output[].content[].text
+    assert.equal(r.status, 'incomplete');
+    assert.deepEqual(r.incomplete_details, { reason: 'max_output_tokens' });
+    assert.equal(r.output.length, 1);
+    assert.equal(r.output[0].type, 'message');
+    assert.equal(r.output[0].role, 'assistant');
+    assert.equal(r.usage.input_tokens, 5);
+    assert.equal(r.usage.output_tokens, 8);
+    assert.equal(r.usage.total_tokens, 13);
+    // instructions become a system message; messages as input items work too.
+    const m = await client.responses.create({
+      input: [{ role: 'user', content: [{ type: 'input_text', text: PROMPT }] }], max_output_tokens: 4, temperature: 0,
+    });
+    assert.equal(m.output_text, ', there was a');
+    assert.equal(m.model, MODEL); // `model` left out: the one served
+  });
+
+  test('responses.create streamed: the event sequence, deltas that join to the text', async () => {
+    const stream = await client.responses.create({
+      model: MODEL, input: PROMPT, max_output_tokens: 8, temperature: 0, stream: true,
+      include: ['message.output_text.logprobs'], top_logprobs: 2,
+    });
+    const types = [];
+    let text = '';
+    let seq = -1;
+    let final;
+    const entries = [];
+    for await (const ev of stream) {
+      assert.equal(ev.sequence_number, seq + 1);
+      seq = ev.sequence_number;
+      if (types.at(-1) !== ev.type) types.push(ev.type);
+      if (ev.type === 'response.output_text.delta') {
+        assert.deepEqual(joinedBytes(ev.logprobs), Buffer.from(ev.delta, 'utf8')); // each delta spelled by its entries
+        text += ev.delta;
+        entries.push(...ev.logprobs);
+      }
+      if (ev.type === 'response.output_text.done') assert.equal(ev.text, text);
+      if (ev.type === 'response.incomplete' || ev.type === 'response.completed') final = ev.response;
+    }
+    assert.deepEqual(types, [
+      'response.created', 'response.in_progress', 'response.output_item.added', 'response.content_part.added',
+      'response.output_text.delta', 'response.output_text.done', 'response.content_part.done',
+      'response.output_item.done', 'response.incomplete',
+    ]);
+    assert.equal(text, ', there was a little girl');
+    assert.equal(final.output[0].content[0].text, text);
+    assert.deepEqual(final.output[0].content[0].logprobs, entries);
+    // Only the end-of-sequence token allowed (vLLM's allowed_token_ids): the model stops at
+    // once, so the response is completed rather than incomplete.
+    const stop = await client.responses.create({ input: PROMPT, allowed_token_ids: [2], stream: true });
+    const last = [];
+    for await (const ev of stop) last.push(ev);
+    assert.equal(last.at(-1).type, 'response.completed');
+    assert.equal(last.at(-1).response.status, 'completed');
+    assert.equal(last.at(-1).response.output[0].status, 'completed');
+    assert.equal(last.at(-1).response.output_text ?? last.at(-1).response.output[0].content[0].text, '');
+  });
+
+  test('responses.create with logprobs: OpenAI shape, bytes that spell the text, reference values', async () => {
+    const r = await client.responses.create({
+      model: MODEL, input: PROMPT, max_output_tokens: 8, temperature: 0,
+      include: ['message.output_text.logprobs'], top_logprobs: 3,
+    });
+    const part = r.output[0].content[0];
+    assert.equal(part.logprobs.length, 8);
+    assert.deepEqual(joinedBytes(part.logprobs), Buffer.from(part.text, 'utf8'));
+    part.logprobs.forEach((e, k) => {
+      assert.ok(Math.abs(e.logprob - REF.steps[k].logprob) < REF_TOL, `position ${k}`);
+      assert.equal(e.top_logprobs.length, 3);
+      assert.equal(e.top_logprobs[0].token, e.token);
+      assert.deepEqual(Buffer.from(e.bytes).toString('utf8'), e.token);
+    });
+  });
+
+  test('responses.create refuses what a stateless server cannot do', async () => {
+    await assert.rejects(
+      client.responses.create({ model: MODEL, input: PROMPT, previous_response_id: 'resp_123' }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'previous_response_id',
+    );
+    await assert.rejects(
+      client.responses.create({ model: MODEL, input: PROMPT, store: true }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'store',
+    );
+    await assert.rejects(
+      client.responses.create({ model: 'gpt-4o', input: PROMPT }),
+      (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found',
+    );
+  });
+
+  test('echo scoring: the text is the prompt as sent; text_offset finds the continuation', async () => {
+    const gen = await client.completions.create({ model: MODEL, prompt: PROMPT, max_tokens: 8, temperature: 0, logprobs: 1 });
+    const cont = gen.choices[0].text;
+    const scored = await client.completions.create({
+      model: MODEL, prompt: PROMPT + cont, echo: true, max_tokens: 0, logprobs: 1,
+    });
+    const c = scored.choices[0];
+    assert.equal(c.text, PROMPT + cont); // starts with the prompt exactly as sent
+    const lp = c.logprobs;
+    assert.equal(lp.tokens[0], '<s>'); // BOS is a token but adds no text
+    assert.equal(lp.text_offset[0], 0);
+    assert.equal(lp.tokens[1], ' Once'); // its dummy-prefix space is not in the text either
+    assert.equal(lp.text_offset[1], 0);
+    const first = lp.text_offset.findIndex((o) => o >= PROMPT.length);
+    assert.deepEqual(lp.tokens.slice(first), gen.choices[0].logprobs.tokens);
+    lp.tokens.forEach((t, i) => {
+      const end = i + 1 < lp.tokens.length ? lp.text_offset[i + 1] : c.text.length;
+      if (i >= 2) assert.equal(c.text.slice(lp.text_offset[i], end), t);
+    });
+    lp.token_logprobs.slice(first).forEach((v, k) =>
+      assert.ok(Math.abs(v - gen.choices[0].logprobs.token_logprobs[k]) < 1e-3, `token ${k}: ${v}`));
+  });
+
+  test('prompt_logprobs and return_token_ids (vLLM)', async () => {
+    const r = await client.completions.create({
+      model: MODEL, prompt: PROMPT, max_tokens: 4, temperature: 0, prompt_logprobs: 2, return_token_ids: true,
+    });
+    const c = r.choices[0];
+    assert.deepEqual(c.prompt_token_ids, REF.prompt_ids);
+    assert.equal(c.token_ids.length, 4);
+    assert.equal(c.prompt_logprobs.length, 5);
+    assert.equal(c.prompt_logprobs[0], null);
+    const echo = await client.completions.create({ model: MODEL, prompt: REF.prompt_ids, echo: true, max_tokens: 0, logprobs: 2 });
+    for (let i = 1; i < 5; ++i) {
+      const d = c.prompt_logprobs[i];
+      const mine = d[String(REF.prompt_ids[i])];
+      assert.ok(mine, `position ${i} has the prompt token`);
+      assert.equal(mine.logprob, echo.choices[0].logprobs.token_logprobs[i]);
+      assert.equal(mine.decoded_token, echo.choices[0].logprobs.tokens[i]);
+      const ranks = Object.values(d).map((x) => x.rank).filter((x) => x !== null).sort();
+      assert.ok(ranks.includes(1) && ranks.includes(2), JSON.stringify(d));
+    }
+    const detok = await fetch(`http://127.0.0.1:${gw.port}/detokenize`, {
+      method: 'POST', body: JSON.stringify({ tokens: c.token_ids }),
+    }).then((x) => x.json());
+    assert.equal(detok.prompt, c.text);
+    const chat = await client.chat.completions.create({
+      model: MODEL, messages: messages(), max_tokens: 3, temperature: 0, prompt_logprobs: 1, return_token_ids: true,
+    });
+    assert.equal(chat.prompt_logprobs.length, chat.usage.prompt_tokens);
+    assert.equal(chat.prompt_token_ids.length, chat.usage.prompt_tokens);
+    assert.equal(chat.choices[0].token_ids.length, 3);
+  });
+});
+
+describe('content parts on a model with a chat template', () => {
+  let gw;
+  let dir;
+  let client;
+  before(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), 'loom-openai-tmpl-'));
+    const model = path.join(dir, 'qwen-templated.gguf');
+    const { execFileSync } = await import('node:child_process');
+    execFileSync(path.join(BIN, 'loom-make-model'), [
+      '--out', model, '--chat-template', path.join(SHARED, 'models', 'templates', 'Qwen-Qwen2.5-7B-Instruct.jinja'),
+    ]);
+    gw = await startGatewayOn(model, []);
+    await waitReady(gw.port);
+    client = clientFor(gw.port, 'unused');
+  });
+  after(async () => {
+    await stopGateway(gw);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('text parts render as the same text given as a string; /tokenize counts what chat renders', async () => {
+    const parts = [{ role: 'user', content: [{ type: 'text', text: 'Hello' }, { type: 'text', text: 'there' }] }];
+    const a = await client.chat.completions.create({ model: 'qwen-templated', messages: parts, max_tokens: 2, temperature: 0 });
+    const b = await client.chat.completions.create({
+      model: 'qwen-templated', messages: [{ role: 'user', content: 'Hello\nthere' }], max_tokens: 2, temperature: 0,
+    });
+    assert.equal(a.usage.prompt_tokens, b.usage.prompt_tokens);
+    assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+    const tools = [{ type: 'function', function: { name: 'get_time', description: 'the time', parameters: { type: 'object' } } }];
+    const withTools = await client.chat.completions.create({ model: 'qwen-templated', messages: parts, tools, max_tokens: 1 });
+    const count = await fetch(`http://127.0.0.1:${gw.port}/tokenize`, {
+      method: 'POST', body: JSON.stringify({ messages: parts, tools }),
+    }).then((x) => x.json());
+    assert.equal(count.count, withTools.usage.prompt_tokens);
+    assert.ok(withTools.usage.prompt_tokens > a.usage.prompt_tokens); // the template rendered the tools
   });
 });
