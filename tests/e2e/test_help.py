@@ -40,7 +40,7 @@ class Help(unittest.TestCase):
 
     def test_gateway(self):
         text, got = self.check("loom-gateway", ["--help", "--model", "--engine", "--port", "--api-key"])
-        for endpoint in ("/v1/chat/completions", "/v1/completions", "/v1/models", "/tokenize", "/metrics",
+        for endpoint in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models", "/tokenize", "/metrics",
                          "/health", "playground"):
             self.assertIn(endpoint, text)
         # The README's table lists exactly the flags --help prints.
