@@ -84,7 +84,6 @@ int32_t KvCache::take_block() {
 int64_t KvCache::acquire_prefix(std::span<const int32_t> tokens, int64_t max_tokens, BlockTable& table) {
     if (!table.blocks.empty() || table.n_hashed != 0) throw std::logic_error("acquire_prefix() on a non-empty table");
     table.last_hash = 0;
-    stats_.prefix_query_tokens += static_cast<int64_t>(tokens.size());
     const int64_t limit = std::min<int64_t>(max_tokens, static_cast<int64_t>(tokens.size())) / block_tokens_;
     for (int64_t i = 0; i < limit; ++i) {
         const auto ids = tokens.subspan(static_cast<size_t>(i * block_tokens_), static_cast<size_t>(block_tokens_));
@@ -104,9 +103,7 @@ int64_t KvCache::acquire_prefix(std::span<const int32_t> tokens, int64_t max_tok
         table.last_hash = h;
         table.n_hashed = i + 1;
     }
-    const int64_t hit = table.n_hashed * block_tokens_;
-    stats_.prefix_hit_tokens += hit;
-    return hit;
+    return table.n_hashed * block_tokens_;
 }
 
 bool KvCache::reserve(BlockTable& table, int64_t n_positions) {

@@ -33,14 +33,12 @@ struct BlockTable {
     uint64_t last_hash = 0;       ///< hash of block n_hashed - 1 (the root value when n_hashed is 0)
 };
 
-/// Counters for /metrics and tests. Token counts are cumulative since the cache was made.
+/// Counters for /metrics and tests (evictions are cumulative since the cache was made).
 struct KvStats {
     int64_t n_blocks = 0;            ///< blocks in the pool
     int64_t used_blocks = 0;         ///< blocks some sequence references
     int64_t cached_blocks = 0;       ///< blocks registered in the prefix cache (referenced or not)
     int64_t touched_blocks = 0;      ///< blocks ever handed out (the pool's touched memory)
-    int64_t prefix_query_tokens = 0; ///< tokens looked up by acquire_prefix()
-    int64_t prefix_hit_tokens = 0;   ///< of those, tokens found in the cache
     int64_t evictions = 0;           ///< cached blocks dropped to make room
 };
 
@@ -59,9 +57,8 @@ public:
 
     /// Fills the empty `table` with the longest run of cached blocks that spell the leading
     /// tokens of `tokens`, at most `max_tokens` tokens (whole blocks only), taking a reference
-    /// on each. Returns the number of tokens they cover (a multiple of block_tokens). Counts
-    /// tokens.size() queried and the result hit in stats(). Throws std::logic_error when
-    /// `table` is not empty.
+    /// on each. Returns the number of tokens they cover (a multiple of block_tokens). Throws
+    /// std::logic_error when `table` is not empty.
     int64_t acquire_prefix(std::span<const int32_t> tokens, int64_t max_tokens, BlockTable& table);
 
     /// Appends blocks to `table` until it covers `n_positions` positions. Returns false, and

@@ -78,8 +78,6 @@ TEST_CASE("a committed prefix is found again, whole blocks only, up to the limit
     CHECK(kv.acquire_prefix(toks, 11, c) == 8);  // the limit cuts the third block
     CHECK(c.blocks.size() == 2);
     CHECK(kv.stats().used_blocks == 4);  // shared, not copied
-    CHECK(kv.stats().prefix_query_tokens == 28);
-    CHECK(kv.stats().prefix_hit_tokens == 20);
 
     // A different second block ends the match there, even if later blocks agree.
     auto other = toks;
@@ -178,6 +176,7 @@ TEST_CASE("random reserve, commit, hit and release keep the pool consistent and 
     KvCache kv(64, 4);
     std::vector<BlockTable> tables(12);
     std::vector<std::vector<int32_t>> toks(12);
+    int64_t hits = 0;
     for (int it = 0; it < 20000; ++it) {
         const size_t i = rng() % tables.size();
         auto& t = tables[i];
@@ -189,6 +188,7 @@ TEST_CASE("random reserve, commit, hit and release keep the pool consistent and 
                     const int n = 1 + static_cast<int>(rng() % 40);
                     for (int p = 0; p < n; ++p) toks[i].push_back(p < 16 ? family * 100 + p : static_cast<int32_t>(rng() % 5));
                     const int64_t hit = kv.acquire_prefix(toks[i], n - 1, t);
+                    hits += hit;
                     REQUIRE(hit % 4 == 0);
                     REQUIRE(hit <= n - 1);
                     if (!kv.reserve(t, n)) kv.release(t);
@@ -212,6 +212,6 @@ TEST_CASE("random reserve, commit, hit and release keep the pool consistent and 
     kv.check();
     CHECK(kv.free_blocks() == 64);
     CHECK(kv.stats().used_blocks == 0);
-    CHECK(kv.stats().prefix_hit_tokens > 0);
+    CHECK(hits > 0);
     CHECK(kv.stats().evictions > 0);
 }
