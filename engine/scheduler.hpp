@@ -101,6 +101,9 @@ public:
     void fail(const std::string& message, Lines& out);
 
     SchedulerStats stats() const;
+    /// The backend's ModelInfo with n_ctx lowered to the KV pool's size when that is smaller
+    /// (what HELLO announces).
+    const ModelInfo& info() const { return info_; }
     const KvCache& kv_cache() const { return kv_; }
     int32_t max_running() const { return max_running_; }
     int32_t max_batch_tokens() const { return budget_; }
