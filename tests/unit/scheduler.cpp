@@ -31,6 +31,13 @@ SeqRequest req(const std::string& id, std::vector<int32_t> prompt, int64_t max_t
     return r;
 }
 
+// "<c><i>" (spelled out: GCC 12 warns falsely on "s" + std::to_string(i), -Wrestrict).
+std::string name(char c, int i) {
+    std::string s(1, c);
+    s += std::to_string(i);
+    return s;
+}
+
 std::vector<int32_t> seq(int n, int base) {
     std::vector<int32_t> v;
     for (int i = 0; i < n; ++i) v.push_back(3 + (base + i * 7) % 60);
@@ -194,7 +201,7 @@ TEST_CASE("prompt-only requests, the end of the context and eog end with the rig
     // Some request meets eog (id 2) sooner or later; it is not sent as T.
     Harness e(256, 4, 256);
     for (int i = 0; i < 40; ++i) {
-        auto r = req("s" + std::to_string(i), seq(3, i), 60);
+        auto r = req(name('s', i), seq(3, i), 60);
         r.ignore_eos = false;
         e.submit(r);
     }
@@ -346,7 +353,7 @@ TEST_CASE("10,000 random request lifecycles end with every block free and lines 
             const int lp = static_cast<int>(rng() % 3) - 1;
             std::optional<int> plp;
             if (rng() % 8 == 0) plp = static_cast<int>(rng() % 2);
-            auto r = req("r" + std::to_string(next++), prompt, max_tokens, lp, plp);
+            auto r = req(name('r', next++), prompt, max_tokens, lp, plp);
             r.ignore_eos = rng() % 2 == 0;
             if (rng() % 3 == 0) r.params.temperature = 0.5f;
             sent[r.id] = r;
