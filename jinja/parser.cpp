@@ -1,7 +1,7 @@
 // Template parsing: statements (if, for, set, macro, call, filter, with, ...) and entry point.
 #include <unordered_set>
 
-#include "gateway/templates/parser.hpp"
+#include "jinja/parser.hpp"
 
 namespace loom::jinja::detail {
 

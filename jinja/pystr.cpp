@@ -1,5 +1,5 @@
 // Python str semantics on UTF-8 text: code points, whitespace, case mapping, repr.
-#include "gateway/templates/pystr.hpp"
+#include "jinja/pystr.hpp"
 
 #include <locale.h>
 #include <algorithm>

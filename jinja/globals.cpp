@@ -2,7 +2,7 @@
 #include <cstdlib>
 #include <ctime>
 
-#include "gateway/templates/interp.hpp"
+#include "jinja/interp.hpp"
 
 namespace loom::jinja {
 

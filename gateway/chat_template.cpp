@@ -1,11 +1,9 @@
 // Chat template rendering with transformers' variables; see chat_template.hpp.
-#include "gateway/templates/chat_template.hpp"
+#include "gateway/chat_template.hpp"
 
 #include <list>
 #include <mutex>
 #include <utility>
-
-#include "gateway/templates/value_impl.hpp"
 
 namespace loom::jinja {
 
@@ -36,7 +34,8 @@ Template parse_cached(std::string_view source) {
 Value chat_template_context(const rapidjson::Value& messages, const rapidjson::Value* tools, bool add_generation_prompt,
                             std::string_view bos_token, std::string_view eos_token,
                             const rapidjson::Value* chat_template_kwargs) {
-    auto ctx = make_deferred<Object>();
+    Value dict = Value::dict();
+    Object* ctx = &dict.obj();
     if (chat_template_kwargs && chat_template_kwargs->IsObject())
         for (const auto& m : chat_template_kwargs->GetObject())
             ctx->set(std::string_view(m.name.GetString(), m.name.GetStringLength()), from_json(m.value));
@@ -45,7 +44,7 @@ Value chat_template_context(const rapidjson::Value& messages, const rapidjson::V
     ctx->set("add_generation_prompt", Value(add_generation_prompt));
     ctx->set("bos_token", Value(bos_token));
     ctx->set("eos_token", Value(eos_token));
-    return Value::dict(std::move(ctx));
+    return dict;
 }
 
 std::string render_chat_template(const Template& tmpl, const rapidjson::Value& messages, const rapidjson::Value* tools,

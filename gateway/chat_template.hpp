@@ -6,7 +6,7 @@
 
 #include <rapidjson/document.h>
 
-#include "gateway/templates/jinja.hpp"
+#include "jinja/jinja.hpp"
 
 namespace loom::jinja {
 

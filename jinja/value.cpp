@@ -2,9 +2,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "gateway/templates/jinja.hpp"
-#include "gateway/templates/pystr.hpp"
-#include "gateway/templates/value_impl.hpp"
+#include "jinja/jinja.hpp"
+#include "jinja/pystr.hpp"
+#include "jinja/value_impl.hpp"
 
 namespace loom::jinja {
 

@@ -1,8 +1,8 @@
 // Python methods that templates call on str, list and dict values.
 #include <unordered_set>
 
-#include "gateway/templates/interp.hpp"
-#include "gateway/templates/pystr.hpp"
+#include "jinja/interp.hpp"
+#include "jinja/pystr.hpp"
 
 namespace loom::jinja {
 

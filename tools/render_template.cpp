@@ -14,7 +14,7 @@
 #include <rapidjson/document.h>
 #include <rapidjson/error/en.h>
 
-#include "gateway/templates/chat_template.hpp"
+#include "gateway/chat_template.hpp"
 
 namespace {
 

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "gateway/templates/interp.hpp"
-#include "gateway/templates/pystr.hpp"
-#include "gateway/templates/value_impl.hpp"
+#include "jinja/interp.hpp"
+#include "jinja/pystr.hpp"
+#include "jinja/value_impl.hpp"
 
 namespace loom::jinja {
 

@@ -1,5 +1,5 @@
 // Statement execution (output, if, for, set, macro, call, filter, with) and Template.
-#include "gateway/templates/interp.hpp"
+#include "jinja/interp.hpp"
 
 namespace loom::jinja {
 

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "gateway/templates/interp.hpp"
-#include "gateway/templates/pystr.hpp"
+#include "jinja/interp.hpp"
+#include "jinja/pystr.hpp"
 
 namespace loom::jinja {
 

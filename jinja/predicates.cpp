@@ -1,6 +1,6 @@
 // Jinja2's builtin tests (`x is defined`, `x is string`, `x is divisibleby 3`, ...).
-#include "gateway/templates/interp.hpp"
-#include "gateway/templates/pystr.hpp"
+#include "jinja/interp.hpp"
+#include "jinja/pystr.hpp"
 
 namespace loom::jinja {
 

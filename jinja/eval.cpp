@@ -1,8 +1,8 @@
 // Expression evaluation: names, attribute/item access, calls, operators with Python semantics.
 #include <cmath>
 
-#include "gateway/templates/interp.hpp"
-#include "gateway/templates/pystr.hpp"
+#include "jinja/interp.hpp"
+#include "jinja/pystr.hpp"
 
 namespace loom::jinja {
 

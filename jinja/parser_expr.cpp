@@ -1,6 +1,6 @@
 // Template parsing: expressions by precedence (conditional, or, and, not, comparisons,
 // + -, ~, * / // %, **, unary, postfix, filters and tests), as in Jinja2 3.1.
-#include "gateway/templates/parser.hpp"
+#include "jinja/parser.hpp"
 
 namespace loom::jinja::detail {
 

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "gateway/templates/jinja.hpp"
+#include "jinja/jinja.hpp"
 
 namespace loom::jinja::detail {
 

@@ -1,13 +1,13 @@
 // Jinja2 tokenizer with trim_blocks / lstrip_blocks / "-" "+" whitespace control.
-#include "gateway/templates/lexer.hpp"
+#include "jinja/lexer.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
-#include "gateway/templates/jinja.hpp"
-#include "gateway/templates/pystr.hpp"
+#include "jinja/jinja.hpp"
+#include "jinja/pystr.hpp"
 
 namespace loom::jinja::detail {
 

@@ -10,7 +10,7 @@
 #include <map>
 #include <set>
 
-#include "gateway/templates/ast.hpp"
+#include "jinja/ast.hpp"
 
 namespace loom::jinja::detail {
 

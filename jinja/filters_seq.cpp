@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <random>
 
-#include "gateway/templates/interp.hpp"
-#include "gateway/templates/pystr.hpp"
+#include "jinja/interp.hpp"
+#include "jinja/pystr.hpp"
 
 namespace loom::jinja {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "gateway/templates/ast.hpp"
-#include "gateway/templates/lexer.hpp"
+#include "jinja/ast.hpp"
+#include "jinja/lexer.hpp"
 
 namespace loom::jinja::detail {
 

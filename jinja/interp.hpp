@@ -7,9 +7,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "gateway/templates/ast.hpp"
-#include "gateway/templates/jinja.hpp"
-#include "gateway/templates/value_impl.hpp"
+#include "jinja/ast.hpp"
+#include "jinja/jinja.hpp"
+#include "jinja/value_impl.hpp"
 
 namespace loom::jinja {
 
