@@ -14,10 +14,10 @@
 #include <string_view>
 
 #include "engine/backends/cpu/llama_weights.hpp"
-#include "model/gguf.hpp"
-#include "model/hparams.hpp"
-#include "model/tokenizer.hpp"
-#include "model/vocab.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/gguf/hparams.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+#include "model/gguf/vocab.hpp"
 
 namespace {
 

@@ -15,8 +15,8 @@
 #include "engine/backends/cpu/matvec.hpp"
 #include "engine/backends/cpu/ops.hpp"
 #include "engine/backends/cpu/thread_pool.hpp"
-#include "model/quant.hpp"
-#include "model/vocab.hpp"
+#include "model/quant/quant.hpp"
+#include "model/gguf/vocab.hpp"
 
 namespace loom::cpu {
 namespace {

@@ -2,8 +2,8 @@
 #include "engine/backends/cpu/llama_weights.hpp"
 
 #include "engine/backends/cpu/matvec.hpp"
-#include "model/ggml_types.hpp"
-#include "model/quant.hpp"
+#include "model/gguf/ggml_types.hpp"
+#include "model/quant/quant.hpp"
 
 namespace loom::cpu {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.hpp"
-#include "model/hparams.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/gguf/hparams.hpp"
 
 namespace loom::cpu {
 

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "model/ggml_types.hpp"
-#include "model/hparams.hpp"
+#include "model/gguf/ggml_types.hpp"
+#include "model/gguf/hparams.hpp"
 
 namespace loom::gpu {
 

@@ -10,7 +10,7 @@
 
 #include "engine/backends/cpu/llama_weights.hpp"
 #include "engine/backends/cuda/kernels.hpp"
-#include "model/gguf.hpp"
+#include "model/gguf/gguf.hpp"
 
 namespace loom::gpu {
 

@@ -11,7 +11,7 @@
 #include <functional>
 #include <stdexcept>
 
-#include "model/vocab.hpp"
+#include "model/gguf/vocab.hpp"
 
 namespace loom::gpu {
 namespace {

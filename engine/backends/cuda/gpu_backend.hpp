@@ -22,7 +22,7 @@
 #include "engine/backends/cuda/gemm.hpp"
 #include "engine/backends/cuda/gpu_sample.hpp"
 #include "engine/backends/cuda/kernels.hpp"
-#include "model/gguf.hpp"
+#include "model/gguf/gguf.hpp"
 
 namespace loom::gpu {
 

@@ -1,5 +1,5 @@
 // GGUF v3 serialization; see gguf_writer.hpp for the format's source.
-#include "model/gguf_writer.hpp"
+#include "model/gguf/gguf_writer.hpp"
 
 #include <bit>
 #include <cerrno>
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "model/ggml_types.hpp"
+#include "model/gguf/ggml_types.hpp"
 
 namespace loom::model {
 namespace {

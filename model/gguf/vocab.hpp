@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/gguf.hpp"
+#include "model/gguf/gguf.hpp"
 
 namespace loom::model {
 

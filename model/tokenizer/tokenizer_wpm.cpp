@@ -27,9 +27,9 @@
 #include <unordered_map>
 #include <wctype.h>
 
-#include "model/pretokenizer.hpp"
-#include "model/tokenizer.hpp"
-#include "model/utf8.hpp"
+#include "model/tokenizer/pretokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+#include "model/tokenizer/utf8.hpp"
 
 namespace loom::model {
 namespace {

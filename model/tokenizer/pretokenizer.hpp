@@ -35,7 +35,7 @@ std::string valid_utf8(std::string_view text);
 class PreTokenizer {
 public:
     /// Compiles `patterns` (PCRE2 syntax, in application order). `\s` and `\S` mean
-    /// White_Space as above. Throws VocabError (model/vocab.hpp) naming the pattern
+    /// White_Space as above. Throws VocabError (model/gguf/vocab.hpp) naming the pattern
     /// when one does not compile.
     explicit PreTokenizer(const std::vector<std::string>& patterns);
 

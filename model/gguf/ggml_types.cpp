@@ -1,5 +1,5 @@
 // Table of ggml type layouts; see ggml_types.hpp for the source.
-#include "model/ggml_types.hpp"
+#include "model/gguf/ggml_types.hpp"
 
 #include <array>
 

@@ -1,5 +1,5 @@
 // Vocabulary loading from GGUF tokenizer keys; see vocab.hpp.
-#include "model/vocab.hpp"
+#include "model/gguf/vocab.hpp"
 
 #include <algorithm>
 

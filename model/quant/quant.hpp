@@ -1,8 +1,8 @@
 // Element conversion and (de)quantization of GGUF tensor rows.
 //
 // Source: ggml's block layouts (ggml-common.h), as the GGUF format (ggml/docs/gguf.md)
-// stores them; model/quant_blocks.hpp documents each layout. A "row" is n elements,
-// n a multiple of the type's block size (model/ggml_types.hpp); src/dst are tightly
+// stores them; model/quant/quant_blocks.hpp documents each layout. A "row" is n elements,
+// n a multiple of the type's block size (model/gguf/ggml_types.hpp); src/dst are tightly
 // packed. The code is loom's own, written from the layout descriptions.
 #pragma once
 
@@ -56,7 +56,7 @@ uint16_t fp32_to_bf16(float f);
 bool can_dequantize(uint32_t type);
 
 /// Decodes n elements of ggml type `type` stored at src (n / block_size packed
-/// blocks, layouts of ggml-common.h, see model/quant_blocks.hpp) into dst (n F32
+/// blocks, layouts of ggml-common.h, see model/quant/quant_blocks.hpp) into dst (n F32
 /// values). src needs no alignment. Throws std::invalid_argument when
 /// !can_dequantize(type), n < 0, or n is not a multiple of the type's block size.
 void dequantize_row(uint32_t type, const void* src, float* dst, int64_t n);

@@ -1,5 +1,5 @@
 // GGUF parsing and validation; see gguf.hpp for the contract and the source.
-#include "model/gguf.hpp"
+#include "model/gguf/gguf.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

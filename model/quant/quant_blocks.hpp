@@ -2,7 +2,7 @@
 //
 // Source: the block structs of ggml (ggml-common.h) as described by the GGUF format
 // (ggml/docs/gguf.md, "ggml_type"); all multi-byte fields are little-endian and all
-// "d"/"dmin"/"m" scales are IEEE half floats. Shared by model/quant.cpp
+// "d"/"dmin"/"m" scales are IEEE half floats. Shared by model/quant/quant.cpp
 // (dequantize_row) and the CPU backend's dot kernels (engine/backends/cpu/matvec.cpp),
 // which inline them; hence header-only and always_inline. Every decoder writes exactly
 // Block::kSize floats and reads exactly Block::kBytes bytes. matvec.cpp's fused dot
@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "model/quant.hpp"
+#include "model/quant/quant.hpp"
 
 #if defined(__GNUC__)
 #define LOOM_QB_INLINE inline __attribute__((always_inline))

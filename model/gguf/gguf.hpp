@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/ggml_types.hpp"
+#include "model/gguf/ggml_types.hpp"
 
 namespace loom::model {
 

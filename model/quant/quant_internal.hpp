@@ -1,7 +1,7 @@
-// Helpers shared by loom's quantizers (model/quant.cpp, model/quant_k.cpp); internal.
+// Helpers shared by loom's quantizers (model/quant/quant.cpp, model/quant/quant_k.cpp); internal.
 //
 // Each quantize_block_* encodes one block (256 floats) in the layout that
-// model/quant_blocks.hpp documents (ggml-common.h via the GGUF format).
+// model/quant/quant_blocks.hpp documents (ggml-common.h via the GGUF format).
 #pragma once
 
 #include <cmath>
@@ -36,7 +36,7 @@ int iq4_index(float v);
 /// an all-zero group.
 float iq4_fit(const float* x, int n);
 
-/// One 256-element block of each K-quant / IQ4_XS (model/quant_k.cpp).
+/// One 256-element block of each K-quant / IQ4_XS (model/quant/quant_k.cpp).
 void quantize_block_q2_k(const float* x, uint8_t* b);
 void quantize_block_q3_k(const float* x, uint8_t* b);
 void quantize_block_q4_k(const float* x, uint8_t* b);

@@ -13,8 +13,8 @@
 #include <queue>
 #include <unordered_map>
 
-#include "model/pretokenizer.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/pretokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::model {
 namespace {

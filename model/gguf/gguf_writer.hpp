@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.hpp"
+#include "model/gguf/gguf.hpp"
 
 namespace loom::model {
 

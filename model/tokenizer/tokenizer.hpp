@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/vocab.hpp"
+#include "model/gguf/vocab.hpp"
 
 namespace loom::model {
 

@@ -1,16 +1,16 @@
 // Row (de)quantization dispatch, float conversions and the 32-element quantizers.
 //
-// Layouts: model/quant_blocks.hpp (ggml-common.h, GGUF format). The K-quant and
+// Layouts: model/quant/quant_blocks.hpp (ggml-common.h, GGUF format). The K-quant and
 // IQ4_XS quantizers live in model/quant_k.cpp.
-#include "model/quant.hpp"
+#include "model/quant/quant.hpp"
 
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
-#include "model/ggml_types.hpp"
-#include "model/quant_blocks.hpp"
-#include "model/quant_internal.hpp"
+#include "model/gguf/ggml_types.hpp"
+#include "model/quant/quant_blocks.hpp"
+#include "model/quant/quant_internal.hpp"
 
 namespace loom::model {
 

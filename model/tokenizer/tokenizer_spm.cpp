@@ -6,8 +6,8 @@
 // byte tokens `<0xNN>`, or as the unknown token when the vocabulary has no byte tokens.
 #include <queue>
 
-#include "model/tokenizer.hpp"
-#include "model/utf8.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+#include "model/tokenizer/utf8.hpp"
 
 namespace loom::model {
 namespace {

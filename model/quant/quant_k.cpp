@@ -1,13 +1,13 @@
 // Round-to-nearest quantizers for the 256-element super-block types (Q2_K..Q6_K, IQ4_XS).
 //
-// Each writes one block in the layout documented in model/quant_blocks.hpp (ggml's
+// Each writes one block in the layout documented in model/quant/quant_blocks.hpp (ggml's
 // ggml-common.h, as stored in GGUF files). Sub-block scales are chosen from each
 // sub-block's extremes, then themselves quantized against the super-block scale;
 // the elements are rounded against the scales the decoder will actually use.
 #include <cmath>
 
-#include "model/quant_blocks.hpp"
-#include "model/quant_internal.hpp"
+#include "model/quant/quant_blocks.hpp"
+#include "model/quant/quant_internal.hpp"
 
 namespace loom::model::qdetail {
 namespace {

@@ -1,5 +1,5 @@
 // Shared tokenizer logic: special-token partitioning, BOS/EOS, byte table.
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 #include <algorithm>
 

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "model/gguf.hpp"
+#include "model/gguf/gguf.hpp"
 
 namespace loom::model {
 

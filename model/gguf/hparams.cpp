@@ -1,5 +1,5 @@
 // Hyperparameter loading; see hparams.hpp.
-#include "model/hparams.hpp"
+#include "model/gguf/hparams.hpp"
 
 #include <cmath>
 

@@ -9,13 +9,13 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "model/pretokenizer.hpp"
+#include "model/tokenizer/pretokenizer.hpp"
 
 #include <algorithm>
 #include <cstdint>
 
-#include "model/utf8.hpp"
-#include "model/vocab.hpp"
+#include "model/tokenizer/utf8.hpp"
+#include "model/gguf/vocab.hpp"
 
 namespace loom::model {
 
