@@ -1,5 +1,5 @@
 // Binds the tensors of a llama-family GGUF (llama, mistral, qwen2, qwen3) to the
-// structs the CPU forward pass reads, checking every shape and type.
+// structs the forward passes read (CPU and GPU backends), checking every shape and type.
 //
 // Source: llama.cpp's tensor naming for LLM_ARCH_LLAMA / QWEN2 / QWEN3 (token_embd,
 // blk.N.attn_q, ..., output) and the GGUF convention that dims[0] is the row length.
@@ -12,7 +12,7 @@
 #include "model/gguf/gguf.hpp"
 #include "model/gguf/hparams.hpp"
 
-namespace loom::cpu {
+namespace loom::engine {
 
 /// A weight matrix [rows x cols] stored row-major in the mapped file: each of `rows`
 /// output rows holds `cols` elements of ggml type `type` in `row_bytes` bytes.
@@ -36,6 +36,12 @@ struct LayerWeights {
     Matrix gate, up, down;                 ///< [n_ff x n_embd] x2, [n_embd x n_ff]
 };
 
+/// The matrix types a backend can multiply, for LlamaWeights::bind's check.
+struct MatrixTypes {
+    std::string backend;                    ///< named in the errors, e.g. "the CPU backend"
+    bool (*supported)(uint32_t ggml_type);  ///< true for a ggml type the backend multiplies
+};
+
 /// Every weight of a llama-family model, bound to the mapped GGUF (which must outlive
 /// it), with the hyperparameters they were checked against.
 struct LlamaWeights {
@@ -50,9 +56,9 @@ struct LlamaWeights {
     /// Binds the tensors of `f`. Throws model::ModelError naming the architecture when
     /// it is not llama/mistral/qwen2/qwen3 (before reading any `<arch>.*` key), naming
     /// the key when a hyperparameter is missing or invalid (model::HParams), naming the
-    /// tensor when one is missing, has the wrong shape, or has a type the CPU backend
-    /// cannot multiply.
-    static LlamaWeights bind(const model::GgufFile& f);
+    /// tensor when one is missing, has the wrong shape, or has a matrix type that
+    /// `types.supported` refuses ("..., which <types.backend> does not support").
+    static LlamaWeights bind(const model::GgufFile& f, const MatrixTypes& types);
 };
 
-}  // namespace loom::cpu
+}  // namespace loom::engine
