@@ -14,16 +14,20 @@
 #include <stdexcept>
 #include <thread>
 
-#include "engine/backends/cpu/llama_weights.hpp"
 #include "engine/backends/cpu/matvec.hpp"
 #include "engine/backends/cpu/ops.hpp"
 #include "engine/backends/cpu/thread_pool.hpp"
 #include "engine/kv_layout.hpp"
-#include "model/quant.hpp"
-#include "model/vocab.hpp"
+#include "engine/llama_weights.hpp"
+#include "model/gguf/vocab.hpp"
+#include "model/quant/quant.hpp"
 
 namespace loom::cpu {
 namespace {
+
+using engine::LayerWeights;
+using engine::LlamaWeights;
+using engine::Matrix;
 
 // Vectors per weight-row pass of a matmul: a tile of activations stays in L2 while each
 // thread's rows stream past it once per tile (bounds cache traffic for long batches).
@@ -83,7 +87,7 @@ class CpuBackend final : public engine::Backend {
 public:
     CpuBackend(model::GgufFile file, const CpuOptions& opts, const std::string& path)
         : file_(std::move(file)),
-          w_(LlamaWeights::bind(file_)),
+          w_(LlamaWeights::bind(file_, {"the CPU backend", can_dot})),
           pool_(opts.threads > 0 ? opts.threads : default_threads()),
           rope_(w_.hp.head_dim, w_.hp.rope_dim, w_.hp.rope_base, w_.hp.rope_scale, w_.rope_freqs, w_.neox_rope) {
         const auto& hp = w_.hp;
