@@ -15,7 +15,7 @@
 #include "gateway/api_types.hpp"
 #include "gateway/response_json.hpp"
 #include "gateway/text_assembler.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 #include "protocol/protocol.hpp"
 
 namespace loom::gateway {

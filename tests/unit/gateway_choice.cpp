@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "gateway/choice.hpp"
-#include "model/gguf.hpp"
+#include "model/gguf/gguf.hpp"
 #include "test_paths.hpp"
 
 using namespace loom;

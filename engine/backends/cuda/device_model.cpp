@@ -5,8 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "model/ggml_types.hpp"
-#include "model/hparams.hpp"
+#include "model/gguf/ggml_types.hpp"
+#include "model/gguf/hparams.hpp"
 
 namespace loom::gpu {
 
@@ -66,7 +66,7 @@ void check_tensor_types(const model::GgufFile& f, const std::string& engine) {
                                     "q4_K, q6_K)");
 }
 
-DeviceModel::DeviceModel(const cpu::LlamaWeights& w) {
+DeviceModel::DeviceModel(const engine::LlamaWeights& w) {
     try {
         tok_embd = upload(w.tok_embd);
         output = w.output.data == w.tok_embd.data ? tok_embd : upload(w.output);
@@ -99,7 +99,7 @@ DeviceModel::~DeviceModel() {
     for (void* p : allocs_) (void)gpuFree(p);
 }
 
-DevMatrix DeviceModel::upload(const cpu::Matrix& m) {
+DevMatrix DeviceModel::upload(const engine::Matrix& m) {
     DevMatrix d;
     d.type = m.type;
     d.rows = m.rows;

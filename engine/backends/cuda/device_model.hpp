@@ -2,15 +2,15 @@
 // memory) in the device layouts of DevMatrix (kernels.hpp), norms and biases as F32 vectors.
 //
 // Source: llama.cpp's tensor naming (token_embd, blk.N.attn_q, ..., output) as bound and
-// shape-checked by engine/backends/cpu/llama_weights.hpp; block layouts of ggml-common.h.
+// shape-checked by engine/llama_weights.hpp; block layouts of ggml-common.h.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "engine/backends/cpu/llama_weights.hpp"
 #include "engine/backends/cuda/kernels.hpp"
-#include "model/gguf.hpp"
+#include "engine/llama_weights.hpp"
+#include "model/gguf/gguf.hpp"
 
 namespace loom::gpu {
 
@@ -36,7 +36,7 @@ class DeviceModel {
 public:
     /// Uploads the weights bound in `w` (host pointers into the mapped GGUF). F32 matrices stay
     /// F32. Throws GpuError when device memory runs out.
-    explicit DeviceModel(const cpu::LlamaWeights& w);
+    explicit DeviceModel(const engine::LlamaWeights& w);
     ~DeviceModel();
     DeviceModel(const DeviceModel&) = delete;
     DeviceModel& operator=(const DeviceModel&) = delete;
@@ -47,7 +47,7 @@ public:
     size_t bytes = 0;  ///< device memory held
 
 private:
-    DevMatrix upload(const cpu::Matrix& m);
+    DevMatrix upload(const engine::Matrix& m);
     float* upload_vec(const std::vector<float>& v);
     std::vector<void*> allocs_;
 };

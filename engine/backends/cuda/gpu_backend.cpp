@@ -11,17 +11,17 @@
 #include <functional>
 #include <stdexcept>
 
-#include "model/vocab.hpp"
+#include "model/gguf/vocab.hpp"
 
 namespace loom::gpu {
 namespace {
 
 int64_t pad64(int64_t n) { return (n + 63) / 64 * 64; }
 
-bool all_f32(const cpu::LlamaWeights& w) {
+bool all_f32(const engine::LlamaWeights& w) {
     if (w.tok_embd.type != kF32 || w.output.type != kF32) return false;
     for (const auto& L : w.layers)
-        for (const cpu::Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+        for (const engine::Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
             if (m->type != kF32) return false;
     return true;
 }
@@ -50,7 +50,7 @@ GpuSequence::~GpuSequence() {
 GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     : file_(model::GgufFile::open(path)), opts_(opts) {
     check_tensor_types(file_, opts.engine_name);
-    w_ = cpu::LlamaWeights::bind(file_);
+    w_ = engine::LlamaWeights::bind(file_, {opts.engine_name, device_type_supported});
     const auto& hp = w_.hp;
     const model::Vocab vocab = model::Vocab::from_gguf(file_);
     if (vocab.size() > hp.n_vocab)

@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "engine/backend.hpp"
-#include "engine/backends/cpu/llama_weights.hpp"
+#include "engine/llama_weights.hpp"
 #include "engine/backends/cuda/device_model.hpp"
 #include "engine/backends/cuda/gemm.hpp"
 #include "engine/backends/cuda/gpu_sample.hpp"
 #include "engine/backends/cuda/kernels.hpp"
-#include "model/gguf.hpp"
+#include "model/gguf/gguf.hpp"
 
 namespace loom::gpu {
 
@@ -97,7 +97,7 @@ private:
     OpTimes profile(const std::function<void()>& work);
 
     model::GgufFile file_;
-    cpu::LlamaWeights w_;
+    engine::LlamaWeights w_;
     std::unique_ptr<DeviceModel> dm_;
     engine::ModelInfo info_;
     GpuOptions opts_;

@@ -2,7 +2,7 @@
 // F16, BF16, Q8_0, Q4_K, Q6_K), shared by the matvec kernels (k_matvec.cu, k_mv1.cu) and the
 // row dequantizers (k_matvec.cu).
 //
-// Block layouts follow ggml-common.h as the GGUF format stores them (model/quant_blocks.hpp
+// Block layouts follow ggml-common.h as the GGUF format stores them (model/quant/quant_blocks.hpp
 // documents each); the device layouts are those of DevMatrix (kernels.hpp). A row is read in
 // "chunks": 16-byte loads that each thread issues for several rows before it uses any of them,
 // so that many loads are in flight (the CUDA C++ Best Practices Guide, "Coalesced Access to

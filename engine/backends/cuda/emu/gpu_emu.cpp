@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "model/quant.hpp"
+#include "model/quant/quant.hpp"
 
 #if !defined(__x86_64__)
 #error "the GPU emulator's context switch is written for x86-64"
