@@ -2,8 +2,8 @@
 // batched kernel (up to 8 activation vectors, weights dequantized in registers), and the row
 // dequantizers (embedding rows, F16 rows for the GEMM path) built from the same chunk codecs
 // (k_dot.cuh). The opt-in single-vector kernel is in k_mv1.cu.
-#include "engine/backends/cuda/k_dot.cuh"
-#include "engine/backends/cuda/k_matvec.cuh"
+#include "engine/backends/gpu/k_dot.cuh"
+#include "engine/backends/gpu/k_matvec.cuh"
 
 namespace loom::gpu {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backends/cuda/gpu_backend.hpp"
+#include "engine/backends/gpu/gpu_backend.hpp"
 
 using namespace loom;
 using Clock = std::chrono::steady_clock;

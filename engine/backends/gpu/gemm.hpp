@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "engine/backends/cuda/gpu_runtime.hpp"
+#include "engine/backends/gpu/gpu_runtime.hpp"
 
 namespace loom::gpu {
 

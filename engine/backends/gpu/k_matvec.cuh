@@ -6,7 +6,7 @@
 #include <string>
 #include <type_traits>
 
-#include "engine/backends/cuda/kernels.hpp"
+#include "engine/backends/gpu/kernels.hpp"
 
 namespace loom::gpu {
 

@@ -9,7 +9,7 @@
 // Global Memory"), and a chunk decodes to kRuns runs of kRunLen consecutive elements.
 #pragma once
 
-#include "engine/backends/cuda/kernels.hpp"
+#include "engine/backends/gpu/kernels.hpp"
 
 namespace loom::gpu {
 namespace {

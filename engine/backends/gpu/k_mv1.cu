@@ -16,8 +16,8 @@
 // point for a deeper pipeline (e.g. bulk copies into a shared-memory ring), not as a default.
 #include <algorithm>
 
-#include "engine/backends/cuda/k_dot.cuh"
-#include "engine/backends/cuda/k_matvec.cuh"
+#include "engine/backends/gpu/k_dot.cuh"
+#include "engine/backends/gpu/k_matvec.cuh"
 
 namespace loom::gpu {
 namespace {

@@ -18,10 +18,10 @@
 
 #include "engine/backend.hpp"
 #include "engine/llama_weights.hpp"
-#include "engine/backends/cuda/device_model.hpp"
-#include "engine/backends/cuda/gemm.hpp"
-#include "engine/backends/cuda/gpu_sample.hpp"
-#include "engine/backends/cuda/kernels.hpp"
+#include "engine/backends/gpu/device_model.hpp"
+#include "engine/backends/gpu/gemm.hpp"
+#include "engine/backends/gpu/gpu_sample.hpp"
+#include "engine/backends/gpu/kernels.hpp"
 #include "model/gguf/gguf.hpp"
 
 namespace loom::gpu {

@@ -1,6 +1,6 @@
 // The GPU backend's loading, forward pass, prefill and batched decode; see gpu_backend.hpp.
 // Sampling is in gpu_sample.cpp.
-#include "engine/backends/cuda/gpu_backend.hpp"
+#include "engine/backends/gpu/gpu_backend.hpp"
 
 #include <algorithm>
 #include <cmath>

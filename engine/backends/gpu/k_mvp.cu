@@ -29,8 +29,8 @@
 // are those of the batched kernel; only the order of the final additions differs.
 #include <algorithm>
 
-#include "engine/backends/cuda/k_dot.cuh"
-#include "engine/backends/cuda/k_matvec.cuh"
+#include "engine/backends/gpu/k_dot.cuh"
+#include "engine/backends/gpu/k_matvec.cuh"
 
 namespace loom::gpu {
 namespace {

@@ -1,5 +1,5 @@
 // Portability layer: one set of kernel and host sources for CUDA (nvcc), HIP (hipcc) and a CPU
-// emulator (LOOM_GPU_EMU, engine/backends/cuda/emu), selected at compile time.
+// emulator (LOOM_GPU_EMU, engine/backends/gpu/emu), selected at compile time.
 //
 // Host side: gpuMalloc, gpuMemcpyAsync, streams, events and graphs map to cuda* / hip* (the HIP
 // runtime API mirrors the CUDA runtime API name for name, see the HIP porting guide) or to the
@@ -14,7 +14,7 @@
 #include <string>
 
 #if defined(LOOM_GPU_EMU)
-#include "engine/backends/cuda/emu/gpu_emu.hpp"
+#include "engine/backends/gpu/emu/gpu_emu.hpp"
 #define LOOM_GPU_BACKEND_NAME "emu"
 #elif defined(LOOM_GPU_HIP) || defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
 #ifndef LOOM_GPU_HIP

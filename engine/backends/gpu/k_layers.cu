@@ -7,8 +7,8 @@
 // (Flash-Decoding). The arithmetic mirrors engine/backends/cpu/cpu_backend.cpp.
 #include <cmath>
 
-#include "engine/backends/cuda/k_common.cuh"
-#include "engine/backends/cuda/kernels.hpp"
+#include "engine/backends/gpu/k_common.cuh"
+#include "engine/backends/gpu/kernels.hpp"
 
 namespace loom::gpu {
 namespace {

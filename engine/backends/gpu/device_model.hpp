@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backends/cuda/kernels.hpp"
+#include "engine/backends/gpu/kernels.hpp"
 #include "engine/llama_weights.hpp"
 #include "model/gguf/gguf.hpp"
 

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "engine/backends/cuda/kernels.hpp"
+#include "engine/backends/gpu/kernels.hpp"
 
 namespace loom::gpu {
 namespace {

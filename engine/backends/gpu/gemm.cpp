@@ -1,12 +1,12 @@
 // Prefill GEMM dispatch; see gemm.hpp. cuBLAS is column-major: the row-major product
 // C[M x N] = X[M x K] . W[N x K]^T is the column-major C^T (N x M) = op_T(W) (N x K) . X^T (K x M),
 // so W is passed transposed with leading dimension ldw and X untransposed with leading dimension ldx.
-#include "engine/backends/cuda/gemm.hpp"
+#include "engine/backends/gpu/gemm.hpp"
 
 #include <cstdlib>
 #include <string>
 
-#include "engine/backends/cuda/kernels.hpp"
+#include "engine/backends/gpu/kernels.hpp"
 
 #if defined(LOOM_GPU_CUDA)
 #include <cublas_v2.h>

@@ -1,6 +1,6 @@
 // The CPU emulator of gpu_emu.hpp: fibers with a hand-written x86-64 context switch, block and
 // warp barriers, and the host runtime calls on plain host memory.
-#include "engine/backends/cuda/emu/gpu_emu.hpp"
+#include "engine/backends/gpu/emu/gpu_emu.hpp"
 
 #include <sys/mman.h>
 

@@ -6,8 +6,8 @@
 // 2022); the arithmetic mirrors engine/backends/cpu/cpu_backend.cpp.
 #include <cmath>
 
-#include "engine/backends/cuda/k_common.cuh"
-#include "engine/backends/cuda/kernels.hpp"
+#include "engine/backends/gpu/k_common.cuh"
+#include "engine/backends/gpu/kernels.hpp"
 
 namespace loom::gpu {
 namespace {

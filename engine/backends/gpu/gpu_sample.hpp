@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "engine/backends/cuda/kernels.hpp"
+#include "engine/backends/gpu/kernels.hpp"
 #include "engine/sampler.hpp"
 
 namespace loom::gpu {

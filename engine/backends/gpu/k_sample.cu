@@ -10,7 +10,7 @@
 // mass for top-p). Sums of exponentials are in double, as in the reference.
 #include <cmath>
 
-#include "engine/backends/cuda/kernels.hpp"
+#include "engine/backends/gpu/kernels.hpp"
 
 namespace loom::gpu {
 namespace {

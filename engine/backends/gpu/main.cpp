@@ -5,7 +5,7 @@
 #include <iostream>
 #include <string>
 
-#include "engine/backends/cuda/gpu_backend.hpp"
+#include "engine/backends/gpu/gpu_backend.hpp"
 #include "engine/serve.hpp"
 
 #ifndef LOOM_ENGINE_NAME

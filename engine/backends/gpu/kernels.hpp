@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/backends/cuda/gpu_runtime.hpp"
+#include "engine/backends/gpu/gpu_runtime.hpp"
 
 namespace loom::gpu {
 

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/backends/cuda/gpu_sample.hpp"
+#include "engine/backends/gpu/gpu_sample.hpp"
 
 namespace loom::gpu {
 

@@ -1,5 +1,5 @@
 // Weight upload and the device row layouts; see device_model.hpp and kernels.hpp (DevMatrix).
-#include "engine/backends/cuda/device_model.hpp"
+#include "engine/backends/gpu/device_model.hpp"
 
 #include <algorithm>
 #include <cstring>

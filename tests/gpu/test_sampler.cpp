@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/backends/cuda/gpu_sample.hpp"
+#include "engine/backends/gpu/gpu_sample.hpp"
 #include "engine/sampler.hpp"
 
 using namespace loom;
