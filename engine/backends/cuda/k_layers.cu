@@ -176,12 +176,14 @@ __global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int6
 
     const int64_t head_off = int64_t{kvh} * hd;
     const int p = p0 + t;
+    __shared__ int64_t s_voff[kAttnT];  // V row offsets of the split's positions
     {
         float sc[kMaxG];
 #pragma unroll
         for (int g = 0; g < kMaxG; ++g) sc[g] = 0.0f;
         if (p < n_kv) {
             const int64_t kr = kv_off(kv, layer, r.table, p, 0) + head_off;
+            s_voff[t] = kr + kv.layout.half_elems();
             if (kv.f16 && hd % 8 == 0) {
                 const uint16_t* kp = static_cast<const uint16_t*>(kv.pool) + kr;
                 for (int d = 0; d < hd; d += 8) {
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int6
         if (sub < nsub && d < hd) {
 #pragma unroll 8
             for (int i = sub; i < n_here; i += nsub) {
-                const float v = kv_load(kv.pool, kv_off(kv, layer, r.table, p0 + i, 1) + head_off + d, kv.f16);
+                const float v = kv_load(kv.pool, s_voff[i] + d, kv.f16);
 #pragma unroll
                 for (int g = 0; g < kMaxG; ++g)
                     if (g < G) acc[g] += P[g][i] * v;
@@ -268,6 +270,7 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
     __shared__ float S[GMAX][kFastSpan];
     __shared__ float red[GMAX * 1024];
     __shared__ float stat_m[GMAX], stat_l[GMAX];
+    __shared__ int64_t s_voff[kFastSpan];  // V row offsets of the split's positions
     const int hd = sh.head_dim, G = sh.n_head / sh.n_head_kv;
     const int kvh = static_cast<int>(blockIdx.x), split = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
     const RowDesc r = rd[b];
@@ -287,7 +290,9 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
 #pragma unroll
         for (int g = 0; g < GMAX; ++g) acc[g] = 0.0f;
         if (pos < n_kv) {
-            const KVT* kr = pool + kv_off(kv, layer, r.table, pos, 0) + half * hh;
+            const int64_t off = kv_off(kv, layer, r.table, pos, 0);
+            if (half == 0) s_voff[pi] = off + kv.layout.half_elems();
+            const KVT* kr = pool + off + half * hh;
 #pragma unroll 4
             for (int d = 0; d < hh; d += 8) {
                 float kf[8];
@@ -324,7 +329,7 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
 #pragma unroll 4
         for (int i = pg; i < n_here; i += npg) {
             float vf[8];
-            load8(pool + kv_off(kv, layer, r.table, p0 + i, 1) + dc * 8, vf);
+            load8(pool + s_voff[i] + dc * 8, vf);
 #pragma unroll
             for (int g = 0; g < GMAX; ++g)
                 if (g < G) {

@@ -58,16 +58,19 @@ __global__ void __launch_bounds__(kPrefillT) attn_prefill_kernel(const float* q,
     for (int k = 0; k < kDMax; ++k) o[k] = 0.0f;
 
     const int64_t head_off = int64_t{kvh} * hd;
+    __shared__ int64_t koff[32];  // K row offsets of the tile's keys (BK <= 32)
     const int last_t = min(T - 1, t0 + qpt - 1);
     const int p_last = p0 + last_t;
     __syncthreads();
     for (int k0 = 0; k0 <= p_last; k0 += BK) {
+        if (tid < BK) koff[tid] = k0 + tid <= p_last ? kv_off(kv, layer, tile.table, k0 + tid, 0) + head_off : 0;
+        __syncthreads();
         for (int e = tid; e < BK * hd; e += kPrefillT) {
             const int j = e / hd, d = e % hd;
             const int kp = k0 + j;
             float kf = 0.0f, vf = 0.0f;
             if (kp <= p_last) {
-                const int64_t ko = kv_off(kv, layer, tile.table, kp, 0) + head_off + d;
+                const int64_t ko = koff[j] + d;
                 kf = kv_load(kv.pool, ko, kv.f16);
                 vf = kv_load(kv.pool, ko + kv.layout.half_elems(), kv.f16);
             }
