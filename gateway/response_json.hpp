@@ -13,7 +13,7 @@
 
 #include "gateway/api_types.hpp"
 #include "gateway/text_assembler.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 

@@ -12,7 +12,7 @@
 #include "gateway/engine_client.hpp"
 #include "gateway/net.hpp"
 #include "gateway/request_parser.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 

@@ -49,14 +49,14 @@ main() {
   fi
   if want small; then
     stamp "shared models vs references and the CPU engine (F32 KV pool)"
-    timeout 300 python3 engine/backends/cuda/check_gpu.py --engine "$BIN/loom-engine-cuda" --engine-arg=--kv-f32 \
+    timeout 300 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" --engine-arg=--kv-f32 \
       --cpu-engine "$BIN/loom-engine-cpu" --models "$DATA/models" --refs "$DATA/reference" 2>&1 | tee "$OUT/small.log"
     note "small models, F32 KV:"
     sed -n '/^model /,$p' "$OUT/small.log" >>"$SUMMARY"
   fi
   if want small16; then
     stamp "shared models vs references and the CPU engine (F16 KV pool, the default)"
-    timeout 300 python3 engine/backends/cuda/check_gpu.py --engine "$BIN/loom-engine-cuda" \
+    timeout 300 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" \
       --cpu-engine "$BIN/loom-engine-cpu" --models "$DATA/models" --refs "$DATA/reference" 2>&1 | tee "$OUT/small16.log"
     note "small models, F16 KV:"
     sed -n '/^model /,$p' "$OUT/small16.log" >>"$SUMMARY"
@@ -72,7 +72,7 @@ main() {
   if want check8b; then
     for t in q4_k_m f16; do
       stamp "8B greedy check $t (GPU vs CPU engine)"
-      timeout 240 python3 engine/backends/cuda/check_gpu.py --engine "$BIN/loom-engine-cuda" \
+      timeout 240 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" \
         --cpu-engine "$BIN/loom-engine-cpu" --model8b "$SHM/llama3-8b-$t.gguf" --steps "${STEPS8B:-64}" 2>&1 |
         tee "$OUT/check8b-$t.log"
       note "$(grep '^8B check' "$OUT/check8b-$t.log")"
