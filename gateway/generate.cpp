@@ -6,6 +6,7 @@
 // not; `n`, `echo`, `stop`, `stream_options.include_usage`; the error object).
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 
@@ -32,6 +33,7 @@ struct Choice {
     size_t echo_next = 0;                   // next prompt token to echo
     std::optional<std::string> finish;
     int64_t engine_tokens = 0;              // completion_tokens from DONE
+    int64_t cached_tokens = 0;              // cached_tokens from DONE (prefix cache)
     int64_t char_offset = 0;                // characters already sent (text_offset)
     bool done = false;
 };
@@ -266,6 +268,7 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
             c.done = true;
             --open;
             c.engine_tokens = d->completion_tokens;
+            c.cached_tokens = d->cached_tokens;
             c.finish = (c.text_asm.stopped() || d->finish != "length") ? "stop" : "length";
             Released rel = echo_rest(c);
             Released more = c.text_asm.finish();
@@ -287,8 +290,12 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
     if (client_gone || failure) cancel_all();
     if (client_gone) co_return false;
 
-    for (const auto& c : choices)
+    std::vector<int64_t> cached(g.prompts.size(), 0);  // per prompt, counted once like prompt_tokens
+    for (const auto& c : choices) {
         usage.completion_tokens += c->text_asm.stopped() ? c->text_asm.generated() : c->engine_tokens;
+        cached[c->prompt_index] = std::max(cached[c->prompt_index], c->cached_tokens);
+    }
+    for (int64_t n : cached) usage.cached_tokens += n;
     if (g.stream) {
         // An engine failure mid-stream: an error event (the OpenAI error object), then
         // the usual end of the stream.
