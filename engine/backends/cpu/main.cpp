@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
          "prefilled in chunks")
         ("parallel,p", po::value(&parallel)->default_value(0),
          "requests running at once, more wait in line (0: as many as the KV cache has blocks, "
-         "at most 1024)")
+         "at most 1024; never more than --max-batch-tokens, so each decodes every step)")
         ("batch-invariant", po::bool_switch(),
          "make each request's tokens and logprobs bitwise independent of batching, chunking and "
          "prefix caching; the CPU engine always is, so this changes nothing here")
