@@ -37,6 +37,13 @@ std::string OutputSplitter::finish_reason(const std::string& engine_reason) cons
     return calls_ > 0 && engine_reason != "length" ? "tool_calls" : engine_reason;
 }
 
+void OutputSplitter::flush_headers(int upto, SplitDelta& d) {
+    while (!headers_.empty() && headers_.front().index <= upto) {
+        d.calls.push_back(std::move(headers_.front()));
+        headers_.erase(headers_.begin());
+    }
+}
+
 void OutputSplitter::give(Part part, int call, LogprobEntry e, SplitDelta& d) {
     switch (part) {
     case Part::Content:
@@ -49,6 +56,7 @@ void OutputSplitter::give(Part part, int call, LogprobEntry e, SplitDelta& d) {
         return;
     case Part::Name:
     case Part::Arguments: {
+        flush_headers(call, d);  // a call's header goes before anything of it
         const bool name = part == Part::Name;
         // The name goes with its call's header; arguments into the call's latest
         // argument delta of this piece, or a new one.
@@ -77,8 +85,16 @@ void OutputSplitter::give(Part part, int call, LogprobEntry e, SplitDelta& d) {
     }
 }
 
+void OutputSplitter::Held::add(Part part, int call, std::string_view bytes) {
+    if (!pieces.empty() && pieces.back().part == part && pieces.back().call == call) {
+        pieces.back().bytes.append(bytes);
+        return;
+    }
+    pieces.push_back(Piece{part, call, std::string(bytes)});
+}
+
 void OutputSplitter::apply(const std::vector<Span>& spans, SplitDelta& d) {
-    size_t i = 0;  // held entries before i are fully decided
+    size_t i = 0;  // held entries before i are wholly decided
     for (const Span& s : spans) {
         if (s.part == Part::CallStart) {
             ToolCallDelta h;
@@ -86,35 +102,38 @@ void OutputSplitter::apply(const std::vector<Span>& spans, SplitDelta& d) {
             h.header = true;
             h.id = new_id_();
             h.name = s.name;
-            d.calls.push_back(std::move(h));
+            headers_.push_back(std::move(h));
             calls_ = std::max(calls_, s.call + 1);
             continue;
         }
         const size_t a = decided_, b = decided_ + s.len;
         last_part_ = s.part;
         last_call_ = s.call;
-        while (i < held_.size()) {
+        for (; i < held_.size(); ++i) {
             Held& h = held_[i];
-            if (h.begin == h.end) {  // no parse text: it stands where it is
-                if (h.begin >= b) break;
-                give(s.part, s.call, h.e, d);
-                ++i;
+            if (h.begin >= b) break;
+            if (h.begin == h.end) {  // no parse text: it goes where it stands
+                h.add(s.part, s.call, {});
                 continue;
             }
-            if (h.begin >= b) break;
-            const size_t o1 = std::max(a, h.begin), o2 = std::min(b, h.end);
             if (h.spelled) {
-                if (h.begin >= a) give(s.part, s.call, h.e, d);  // where its text begins
-            } else if (o2 > o1) {
-                LogprobEntry piece = h.e;
-                piece.bytes = parse_.substr(o1 - base_, o2 - o1);
-                give(s.part, s.call, std::move(piece), d);
+                if (h.begin >= a) h.add(s.part, s.call, {});  // where its text begins
+            } else {
+                const size_t o1 = std::max(a, h.begin), o2 = std::min(b, h.end);
+                h.add(s.part, s.call, std::string_view(parse_).substr(o1 - base_, o2 - o1));
             }
             if (h.end > b) break;  // it goes on into the next span
-            ++i;
         }
         decided_ = b;
     }
+    // Entries wholly decided go out, one per part they fell in (the token split where
+    // its bytes cross a part boundary; nothing for markers).
+    for (size_t k = 0; k < i; ++k)
+        for (Held::Piece& p : held_[k].pieces) {
+            LogprobEntry e = held_[k].e;
+            e.bytes = std::move(p.bytes);
+            give(p.part, p.call, std::move(e), d);
+        }
     held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(i));
     const size_t keep_from = held_.empty() ? decided_ : std::min(decided_, held_.front().begin);
     parse_.erase(0, keep_from - base_);
@@ -139,7 +158,7 @@ SplitDelta OutputSplitter::push(const Released& r) {
                 spelled = true;
             }
         }
-        held_.push_back(Held{e, next_, next_ + pt.size(), spelled});
+        held_.push_back(Held{e, next_, next_ + pt.size(), spelled, {}});
         text.append(pt);
         next_ += pt.size();
     }
@@ -158,8 +177,16 @@ SplitDelta OutputSplitter::finish() {
     apply(spans, d);
     // What is left has no parse text (special tokens at the very end): it joins the
     // last part.
-    for (Held& h : held_) give(last_part_, last_call_, std::move(h.e), d);
+    for (Held& h : held_) {
+        for (Held::Piece& p : h.pieces) {
+            LogprobEntry e = h.e;
+            e.bytes = std::move(p.bytes);
+            give(p.part, p.call, std::move(e), d);
+        }
+        if (h.pieces.empty()) give(last_part_, last_call_, std::move(h.e), d);
+    }
     held_.clear();
+    flush_headers(calls_, d);
     return d;
 }
 

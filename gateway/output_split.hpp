@@ -6,7 +6,8 @@
 // special token that is one of its markers spelled with its vocabulary text, other
 // special tokens adding nothing); a token goes to the part its bytes fall in; a token
 // whose bytes fall in two parts is split into one entry per part, each with the
-// token's logprob and only its bytes in that part; tokens (or bytes) of markers and
+// token's logprob and only its bytes in that part (so a token is given out once all
+// of its bytes are decided); tokens (or bytes) of markers and
 // call envelopes belong to no part; a special token (no bytes in chat) goes to the
 // part where it stands, or none when that is a marker.
 #pragma once
@@ -92,18 +93,27 @@ public:
 
 private:
     struct Held {
+        struct Piece {
+            Part part;
+            int call;
+            std::string bytes;
+        };
         LogprobEntry e;
-        size_t begin, end;  // its parse text, absolute offsets
-        bool spelled;       // a marker special token: parse text is its vocabulary text, it has no bytes
+        size_t begin, end;          // its parse text, absolute offsets
+        bool spelled;               // a marker special token: parse text is its vocabulary text, it has no bytes
+        std::vector<Piece> pieces;  // where its bytes went so far
+        void add(Part part, int call, std::string_view bytes);
     };
     void apply(const std::vector<Span>& spans, SplitDelta& d);
     void give(Part part, int call, LogprobEntry e, SplitDelta& d);
+    void flush_headers(int upto, SplitDelta& d);
 
     const model::Tokenizer& tok_;
     std::unique_ptr<SpanParser> parser_;
     std::function<std::string()> new_id_;
     std::vector<std::string> markers_;
-    std::vector<Held> held_;   // entries not yet fully decided
+    std::vector<Held> held_;   // entries not yet wholly decided
+    std::vector<ToolCallDelta> headers_;  // call headers not yet sent
     std::string parse_;        // parse text from offset base_
     size_t base_ = 0, next_ = 0, decided_ = 0;
     Part last_part_ = Part::Content;
