@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "gateway/output_options.hpp"
 #include "gateway/reasoning_parser.hpp"
 #include "gateway/span_parser.hpp"
 #include "gateway/text_assembler.hpp"
@@ -46,17 +47,6 @@ struct SplitDelta {
         return content.empty() && reasoning.empty() && content_entries.empty() && reasoning_entries.empty() &&
                calls.empty();
     }
-};
-
-/// What the output of one request may hold, and how to read it.
-struct OutputOptions {
-    ToolFamily tools = ToolFamily::None;     ///< syntax of tool calls
-    bool calls = false;                      ///< look for calls (tools given, tool_choice not "none")
-    bool parallel = true;                    ///< parallel_tool_calls
-    ReasoningFamily reasoning = ReasoningFamily::None;
-    bool inside_reasoning = false;           ///< the prompt leaves the model inside reasoning
-    bool constrained = false;                ///< a grammar shapes the output (tool_choice required / named)
-    std::optional<std::string> function;     ///< constrained: the named function (else an array of calls)
 };
 
 /// The parser for `o` (nullptr when the output is all content).
