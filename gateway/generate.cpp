@@ -10,7 +10,10 @@
 #include <ctime>
 
 #include "gateway/response_json.hpp"
+#include "gateway/sampling_params.hpp"
 #include "gateway/server.hpp"
+#include "gateway/serving_chat.hpp"
+#include "gateway/serving_completions.hpp"
 #include "gateway/text_assembler.hpp"
 
 namespace loom::gateway {
@@ -44,15 +47,16 @@ void check_against_engine(const GenerationRequest& g, const protocol::Hello& h) 
             throw ApiError(400, std::string("the engine (") + h.engine + ") does not support " + what, param,
                            "unsupported_by_engine");
     };
+    namespace cap = protocol::cap;
     const auto& s = g.sampling;
-    need(g.logprobs, "logprobs", "logprobs", "logprobs");
-    need(g.echo && g.logprobs, "prompt_logprobs", "prompt logprobs (echo with logprobs)", "echo");
-    need(!s.allowed.empty(), "allowed", "allowed_token_ids", "allowed_token_ids");
-    need(!s.logit_bias.empty(), "logit_bias", "logit_bias", "logit_bias");
-    need(s.presence_penalty != 0 || s.frequency_penalty != 0 || s.repetition_penalty != 1, "penalties", "penalties",
-         "presence_penalty");
-    need(s.processed_logprobs, "processed_logprobs", "logprobs_mode=processed", "logprobs_mode");
-    need(s.seed.has_value(), "seed", "seed", "seed");
+    need(g.logprobs, cap::kLogprobs, "logprobs", "logprobs");
+    need(g.echo && g.logprobs, cap::kPromptLogprobs, "prompt logprobs (echo with logprobs)", "echo");
+    need(!s.allowed.empty(), cap::kAllowed, "allowed_token_ids", "allowed_token_ids");
+    need(!s.logit_bias.empty(), cap::kLogitBias, "logit_bias", "logit_bias");
+    need(s.presence_penalty != 0 || s.frequency_penalty != 0 || s.repetition_penalty != 1, cap::kPenalties,
+         "penalties", "presence_penalty");
+    need(s.processed_logprobs, cap::kProcessedLogprobs, "logprobs_mode=processed", "logprobs_mode");
+    need(s.seed.has_value(), cap::kSeed, "seed", "seed");
     if (g.logprobs && g.top_logprobs > h.max_logprobs)
         throw ApiError(400, "the engine returns at most " + std::to_string(h.max_logprobs) + " top logprobs",
                        "top_logprobs");
@@ -134,7 +138,8 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
     GenerationRequest g;
     std::optional<ApiError> invalid;
     try {
-        g = parse_generation_request(req.body(), endpoint, app.model_context());
+        g = endpoint == Endpoint::ChatCompletions ? build_chat_request(req.body(), app.model_context())
+                                                  : build_completion_request(req.body(), app.model_context());
         check_against_engine(g, app.engine->hello());
     } catch (const ApiError& e) {
         invalid = e;
@@ -159,14 +164,7 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
             c->index = static_cast<int>(choices.size());
             c->prompt_index = p;
             c->echo = g.echo;
-            protocol::Gen gen = g.sampling;
-            gen.prompt = prompt;
-            gen.max_tokens = g.max_tokens.value_or(n_ctx - static_cast<int64_t>(prompt.size()));
-            if (g.logprobs) gen.logprobs = g.top_logprobs;
-            if (g.echo && g.logprobs) gen.prompt_logprobs = g.top_logprobs;
-            // Each choice its own stream of draws: seed, seed+1, ... (reproducible per choice).
-            if (gen.seed && i > 0) gen.seed = *gen.seed + static_cast<uint64_t>(i);
-            c->engine_id = app.engine->submit(std::move(gen), g.logprobs, queue, c->index);
+            c->engine_id = app.engine->submit(gen_for_choice(g, p, i, n_ctx), g.logprobs, queue, c->index);
             choices.push_back(std::move(c));
         }
     }

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "gateway/response_json.hpp"
+#include "gateway/serving_chat.hpp"
 #include "gateway/text_assembler.hpp"
 
 namespace loom::gateway {
