@@ -7,7 +7,7 @@
 #include <iostream>
 
 #include "gateway/server.hpp"
-#include "model/gguf.hpp"
+#include "model/gguf/gguf.hpp"
 
 namespace po = boost::program_options;
 using namespace loom::gateway;

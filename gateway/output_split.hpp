@@ -23,7 +23,7 @@
 #include "gateway/span_parser.hpp"
 #include "gateway/text_assembler.hpp"
 #include "gateway/tool_parser.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 

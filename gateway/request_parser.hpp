@@ -15,7 +15,7 @@
 
 #include "gateway/api_types.hpp"
 #include "gateway/output_options.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 

@@ -14,7 +14,7 @@
 #include "gateway/api_types.hpp"
 #include "gateway/output_split.hpp"
 #include "gateway/text_assembler.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 

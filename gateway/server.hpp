@@ -13,7 +13,7 @@
 #include "gateway/net.hpp"
 #include "gateway/output_options.hpp"
 #include "gateway/request_parser.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 

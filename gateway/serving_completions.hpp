@@ -16,7 +16,7 @@
 
 #include "gateway/api_types.hpp"
 #include "gateway/request_parser.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 

@@ -48,7 +48,7 @@ main() {
   fi
   if want small; then
     stamp "shared models vs references and the CPU engine"
-    timeout 300 python3 engine/backends/cuda/check_gpu.py --engine "$BIN/loom-engine-cuda" \
+    timeout 300 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" \
       --cpu-engine "$BIN/loom-engine-cpu" --models "$DATA/models" --refs "$DATA/reference" 2>&1 | tee "$OUT/small.log"
     note "small models:"
     sed -n '/^model /,$p' "$OUT/small.log" >>"$SUMMARY"
@@ -64,7 +64,7 @@ main() {
   if want check8b; then
     for t in q4_k_m f16; do
       stamp "8B greedy check $t (GPU vs CPU engine)"
-      timeout 240 python3 engine/backends/cuda/check_gpu.py --engine "$BIN/loom-engine-cuda" \
+      timeout 240 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" \
         --cpu-engine "$BIN/loom-engine-cpu" --model8b "$SHM/llama3-8b-$t.gguf" --steps "${STEPS8B:-64}" 2>&1 |
         tee "$OUT/check8b-$t.log"
       note "$(grep '^8B check' "$OUT/check8b-$t.log")"

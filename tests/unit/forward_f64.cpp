@@ -23,8 +23,8 @@
 #include <filesystem>
 
 #include "engine/backends/cpu/cpu_backend.hpp"
-#include "model/gguf.hpp"
-#include "model/hparams.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/gguf/hparams.hpp"
 #include "models_arch.hpp"
 #include "models_f64.hpp"
 #include "test_paths.hpp"

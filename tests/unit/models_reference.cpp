@@ -41,9 +41,9 @@
 #include <sstream>
 
 #include "engine/backends/cpu/cpu_backend.hpp"
-#include "model/gguf.hpp"
-#include "model/hparams.hpp"
-#include "model/quant.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/gguf/hparams.hpp"
+#include "model/quant/quant.hpp"
 #include "models_f64.hpp"
 #include "test_paths.hpp"
 

@@ -11,15 +11,19 @@
 #include <stdexcept>
 #include <thread>
 
-#include "engine/backends/cpu/llama_weights.hpp"
 #include "engine/backends/cpu/matvec.hpp"
 #include "engine/backends/cpu/ops.hpp"
 #include "engine/backends/cpu/thread_pool.hpp"
-#include "model/quant.hpp"
-#include "model/vocab.hpp"
+#include "model/quant/quant.hpp"
+#include "engine/llama_weights.hpp"
+#include "model/gguf/vocab.hpp"
 
 namespace loom::cpu {
 namespace {
+
+using engine::LayerWeights;
+using engine::LlamaWeights;
+using engine::Matrix;
 
 constexpr int64_t kChunk = 32;  // prefill tokens per forward pass (bounds activation memory)
 // A loop runs on several threads only when each thread's share is at least this many
@@ -63,7 +67,7 @@ class CpuBackend final : public engine::Backend {
 public:
     CpuBackend(model::GgufFile file, const CpuOptions& opts, const std::string& path)
         : file_(std::move(file)),
-          w_(LlamaWeights::bind(file_)),
+          w_(LlamaWeights::bind(file_, {"the CPU backend", can_dot})),
           pool_(opts.threads > 0 ? opts.threads : default_threads()),
           rope_(w_.hp.head_dim, w_.hp.rope_dim, w_.hp.rope_base, w_.hp.rope_scale, w_.rope_freqs, w_.neox_rope) {
         const auto& hp = w_.hp;
