@@ -54,10 +54,11 @@ def _value(t, v):
     return struct.pack(_SCALAR[t], v)
 
 
-def edit(src, dst, chat_template=None, add_tokens=()):
+def edit(src, dst, chat_template=None, add_tokens=(), set_kv=None):
     """Copies GGUF `src` to `dst`, setting tokenizer.chat_template to `chat_template`
-    (when given) and appending `add_tokens`, (text, token_type) pairs, to the
-    vocabulary (score 0). Returns the new vocabulary size."""
+    (when given), appending `add_tokens`, (text, token_type) pairs, to the vocabulary
+    (score 0), and setting each key of `set_kv` to its (type, value). Returns the new
+    vocabulary size."""
     data = open(src, "rb").read()
     r = _Reader(data)
     assert data[:4] == b"GGUF", "not a GGUF file"
@@ -91,6 +92,11 @@ def edit(src, dst, chat_template=None, add_tokens=()):
             kv["tokenizer.chat_template"][2] = chat_template
         else:
             kvs.append(["tokenizer.chat_template", STRING, chat_template])
+    for key, (t, v) in (set_kv or {}).items():
+        if key in kv:
+            kv[key][1], kv[key][2] = t, v
+        else:
+            kvs.append([key, t, v])
     out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, n_tensors, len(kvs)))
     for key, t, v in kvs:
         out += _string(key) + struct.pack("<I", t) + _value(t, v)
