@@ -68,6 +68,7 @@ Released Choice::on_prompt_logprobs(const protocol::PromptLogprobs& plp) {
 Released Choice::on_done(const protocol::Done& d) {
     done_ = true;
     engine_tokens_ = d.completion_tokens;
+    cached_tokens_ = d.cached_tokens;
     finish_ = (stopped() || d.finish != "length") ? "stop" : "length";
     Released rel = echo_rest();
     append(rel, text_asm_.finish());

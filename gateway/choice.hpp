@@ -69,6 +69,8 @@ public:
     /// Tokens this choice generated, for `usage`: those up to and including the one
     /// that completed a stop string, else DONE's completion_tokens.
     int64_t completion_tokens() const;
+    /// DONE's cached_tokens: prompt tokens the engine took from its prefix cache.
+    int64_t cached_tokens() const { return cached_tokens_; }
 
     /// Non-streamed: appends `rel` to the text and entries kept for the response.
     void keep(Released rel);
@@ -95,6 +97,7 @@ private:
     std::vector<LogprobEntry> entries_;  // non-streamed: all released entries
     std::optional<std::string> finish_;
     int64_t engine_tokens_ = 0;          // completion_tokens from DONE
+    int64_t cached_tokens_ = 0;          // cached_tokens from DONE
     int64_t char_offset_ = 0;            // characters already sent (text_offset)
     bool done_ = false;
     std::unique_ptr<OutputSplitter> split_;  // chat with tool calls or reasoning to split off

@@ -6,6 +6,7 @@
 // Source: the OpenAI API reference (completions and chat completions, streamed and
 // not; `n`, `echo`, `stop`, `stream_options.include_usage`; the error object), and
 // vLLM's serving layer (one request builder per endpoint in front of a shared engine).
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <variant>
@@ -92,7 +93,12 @@ std::vector<std::unique_ptr<Choice>> submit_choices(App& app, const GenerationRe
 Usage usage_of(const GenerationRequest& g, const std::vector<std::unique_ptr<Choice>>& choices) {
     Usage u;
     for (const auto& p : g.prompts) u.prompt_tokens += static_cast<int64_t>(p.size());  // once per prompt, whatever n
-    for (const auto& c : choices) u.completion_tokens += c->completion_tokens();
+    std::vector<int64_t> cached(g.prompts.size(), 0);  // per prompt, counted once like prompt_tokens
+    for (const auto& c : choices) {
+        u.completion_tokens += c->completion_tokens();
+        cached[c->prompt_index()] = std::max(cached[c->prompt_index()], c->cached_tokens());
+    }
+    for (int64_t n : cached) u.cached_tokens += n;
     return u;
 }
 

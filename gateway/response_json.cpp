@@ -212,6 +212,13 @@ void usage_obj(Writer& w, const Usage& u) {
     w.Int64(u.completion_tokens);
     w.Key("total_tokens");
     w.Int64(u.prompt_tokens + u.completion_tokens);
+    if (u.cached_tokens > 0) {
+        w.Key("prompt_tokens_details");
+        w.StartObject();
+        w.Key("cached_tokens");
+        w.Int64(u.cached_tokens);
+        w.EndObject();
+    }
     w.EndObject();
 }
 

@@ -35,10 +35,13 @@ struct ChoiceOut {
     std::vector<ToolCallDelta> tool_calls;
 };
 
-/// Token counts for `usage` (total_tokens is their sum).
+/// Token counts for `usage` (total_tokens is their sum). cached_tokens, the prompt tokens
+/// served from the engine's prefix cache, is written as prompt_tokens_details.cached_tokens
+/// (OpenAI's field) when > 0.
 struct Usage {
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;
+    int64_t cached_tokens = 0;
 };
 
 /// Identity of one response: id ("cmpl-..." / "chatcmpl-..."), creation time (Unix
