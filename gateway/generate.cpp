@@ -43,6 +43,10 @@ void check_against_engine(const GenerationRequest& g, const protocol::Hello& h) 
          "penalties", "presence_penalty");
     need(s.processed_logprobs, cap::kProcessedLogprobs, "logprobs_mode=processed", "logprobs_mode");
     need(s.seed.has_value(), cap::kSeed, "seed", "seed");
+    if (g.constraint)  // the seam for the grammar engine: tool_request.hpp builds the constraint
+        need(true, cap::kGrammar,
+             (std::string("grammar-constrained decoding, which '") + g.constraint->param + "' needs").c_str(),
+             g.constraint->param.c_str());
     if (g.logprobs && g.top_logprobs > h.max_logprobs)
         throw ApiError(400, "the engine returns at most " + std::to_string(h.max_logprobs) + " top logprobs",
                        "top_logprobs");

@@ -35,6 +35,7 @@ inline constexpr char kPenalties[] = "penalties";                ///< presence, 
 inline constexpr char kLogitBias[] = "logit_bias";               ///< `logit_bias=`
 inline constexpr char kProcessedLogprobs[] = "processed_logprobs";  ///< `logprobs_mode=processed`
 inline constexpr char kSeed[] = "seed";                          ///< `seed=` gives reproducible sampling
+inline constexpr char kGrammar[] = "grammar";                    ///< grammar-constrained decoding (no engine yet)
 }  // namespace cap
 
 // ---------------------------------------------------------------------------
