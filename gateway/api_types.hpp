@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gateway/output_options.hpp"
 #include "protocol/protocol.hpp"
 
 namespace loom::gateway {
@@ -53,6 +54,8 @@ struct GenerationRequest {
     bool return_token_ids = false;              ///< vLLM's return_token_ids: prompt_token_ids and token_ids
     std::optional<std::string> instructions;    ///< responses: `instructions`, echoed in the response object
     std::string metadata_json = "{}";           ///< responses: `metadata`, echoed (JSON text)
+    OutputOptions output;                       ///< chat: how to split the output (tool calls, reasoning)
+    std::optional<OutputConstraint> constraint; ///< grammar the engine must enforce (needs its `grammar` capability)
 };
 
 }  // namespace loom::gateway

@@ -4,7 +4,7 @@
 #include <regex>
 
 #include "gateway/api_types.hpp"
-#include "gateway/templates/chat_template.hpp"
+#include "gateway/chat_template.hpp"
 
 namespace loom::gateway {
 namespace {

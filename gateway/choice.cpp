@@ -38,11 +38,38 @@ Choice::Choice(const model::Tokenizer& tok, const GenerationRequest& req, int in
       text_asm_(tok, req.stop, req.endpoint == Endpoint::Completions), echo_(req.echo) {
     if (echo_ && prompt_index < req.prompt_texts.size() && req.prompt_texts[prompt_index])
         echo_text_ = align_prompt_text(tok, req.prompts[prompt_index], *req.prompt_texts[prompt_index]);
+    if (req.endpoint != Endpoint::ChatCompletions) return;
+    if (auto parser = make_output_parser(req.output))
+        split_ = std::make_unique<OutputSplitter>(tok, std::move(parser),
+                                                  [family = req.output.tools] { return new_call_id(family); });
 }
 
 Released Choice::echo_token(const protocol::PromptLogprobs* plp) {
     const size_t i = echo_next_++;
     return text_asm_.push_prompt(req_.prompts[prompt_index_][i], plp, i < echo_text_.size() ? &echo_text_[i] : nullptr);
+}
+
+std::optional<std::string> Choice::finish_reason() const {
+    if (!finish_ || !split_) return finish_;
+    return split_->finish_reason(*finish_);
+}
+
+bool Choice::take_output_end() {
+    if (output_end_taken_ || done_ || !split_ || !split_->done()) return false;
+    output_end_taken_ = true;
+    return true;
+}
+
+SplitDelta Choice::split(Released rel) {
+    SplitDelta d = split_->push(rel);
+    if (!done_) return d;
+    SplitDelta rest = split_->finish();
+    d.content += rest.content;
+    d.reasoning += rest.reasoning;
+    for (auto& e : rest.content_entries) d.content_entries.push_back(std::move(e));
+    for (auto& e : rest.reasoning_entries) d.reasoning_entries.push_back(std::move(e));
+    for (auto& t : rest.calls) d.calls.push_back(std::move(t));
+    return d;
 }
 
 Released Choice::echo_rest() {
@@ -77,6 +104,7 @@ Released Choice::on_prompt_logprobs(const protocol::PromptLogprobs& plp) {
 Released Choice::on_done(const protocol::Done& d) {
     done_ = true;
     engine_tokens_ = d.completion_tokens;
+    cached_tokens_ = d.cached_tokens;
     finish_ = (stopped() || d.finish != "length") ? "stop" : "length";
     Released rel = echo_rest();
     append(rel, text_asm_.finish());
@@ -86,8 +114,26 @@ Released Choice::on_done(const protocol::Done& d) {
 int64_t Choice::completion_tokens() const { return stopped() ? text_asm_.generated() : engine_tokens_; }
 
 void Choice::keep(Released rel) {
-    text_ += rel.text;
-    for (auto& e : rel.entries) entries_.push_back(std::move(e));
+    if (!split_) {
+        text_ += rel.text;
+        for (auto& e : rel.entries) entries_.push_back(std::move(e));
+        return;
+    }
+    SplitDelta d = split(std::move(rel));
+    text_ += d.content;
+    reasoning_ += d.reasoning;
+    for (auto& e : d.content_entries) entries_.push_back(std::move(e));
+    for (auto& e : d.reasoning_entries) reasoning_entries_.push_back(std::move(e));
+    for (auto& t : d.calls) {
+        if (t.header) {
+            calls_.push_back(std::move(t));
+            continue;
+        }
+        ToolCallDelta& whole = calls_.at(static_cast<size_t>(t.index));
+        whole.arguments += t.arguments;
+        for (auto& e : t.name_entries) whole.name_entries.push_back(std::move(e));
+        for (auto& e : t.arg_entries) whole.arg_entries.push_back(std::move(e));
+    }
 }
 
 // vLLM's extras: prompt_logprobs and prompt_token_ids once (the whole response, or the
@@ -108,16 +154,35 @@ void Choice::attach_extras(ChoiceOut& out, bool first) {
     }
 }
 
-ChoiceOut Choice::chunk(Released rel, std::optional<std::string> finish) {
-    ChoiceOut out;
-    attach_extras(out, !prompt_sent_);
-    prompt_sent_ = true;
-    out.index = index_;
-    out.text = std::move(rel.text);
-    out.entries = std::move(rel.entries);
-    out.finish_reason = std::move(finish);
-    out.text_offset = char_offset_;
-    char_offset_ += utf8_chars(out.text);
+std::vector<ChoiceOut> Choice::chunks(Released rel, std::optional<std::string> finish) {
+    std::vector<ChoiceOut> out;
+    auto add = [&](std::string text, std::vector<LogprobEntry> entries) -> ChoiceOut& {
+        ChoiceOut& o = out.emplace_back();
+        o.index = index_;
+        o.text = std::move(text);
+        o.entries = std::move(entries);
+        o.text_offset = char_offset_;
+        char_offset_ += utf8_chars(o.text);
+        return o;
+    };
+    if (!split_) {
+        if (!rel.empty() || finish) add(std::move(rel.text), std::move(rel.entries));
+    } else {
+        SplitDelta d = split(std::move(rel));
+        if (!d.content.empty() || !d.content_entries.empty() || !d.reasoning.empty() || !d.reasoning_entries.empty()) {
+            ChoiceOut& o = add(std::move(d.content), std::move(d.content_entries));
+            o.reasoning = std::move(d.reasoning);
+            o.reasoning_entries = std::move(d.reasoning_entries);
+        }
+        for (auto& t : d.calls) add({}, {}).tool_calls.push_back(std::move(t));
+        if (finish) finish = finish_reason();  // the calls are all known now
+        if (out.empty() && finish) add({}, {});
+    }
+    if (!out.empty()) out.back().finish_reason = std::move(finish);
+    if (!out.empty()) {
+        attach_extras(out.front(), !prompt_sent_);
+        prompt_sent_ = true;
+    }
     return out;
 }
 
@@ -127,7 +192,10 @@ ChoiceOut Choice::take_whole() {
     out.index = index_;
     out.text = std::move(text_);
     out.entries = std::move(entries_);
-    out.finish_reason = finish_;
+    out.finish_reason = finish_reason();
+    out.reasoning = std::move(reasoning_);
+    out.reasoning_entries = std::move(reasoning_entries_);
+    out.tool_calls = std::move(calls_);
     return out;
 }
 
