@@ -19,7 +19,7 @@
 
 #include "gateway/api_types.hpp"
 #include "gateway/response_json.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 
