@@ -153,7 +153,7 @@ class Errors(loomtest.GatewayTestCase):
         self.assertTrue(data.startswith(b"HTTP/1.1 200 OK"), data[:200])
 
     def test_unknown_path_and_wrong_method(self):
-        for path in ("/v2/completions", "/", "/v1/embeddings", "/v1/completions/x"):
+        for path in ("/v2/completions", "/v1", "/v1/embeddings", "/v1/completions/x"):
             st, body = self.gw.request("POST", path, raw=b"{}")
             self.check_error(st, body, 404)
         for method, path in (("GET", COMP), ("GET", CHAT), ("POST", "/v1/models"), ("DELETE", "/health"),
