@@ -56,7 +56,7 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
         !(opts.kv_fraction > 0.0 && opts.kv_fraction <= 1.0))
         throw std::invalid_argument("GPU options out of range (slots and step tokens >= 1, KV fraction in (0, 1])");
     check_tensor_types(file_, opts.engine_name);
-    w_ = cpu::LlamaWeights::bind(file_);
+    w_ = engine::LlamaWeights::bind(file_, {opts.engine_name, device_type_supported});
     const auto& hp = w_.hp;
     const model::Vocab vocab = model::Vocab::from_gguf(file_);
     if (vocab.size() > hp.n_vocab)

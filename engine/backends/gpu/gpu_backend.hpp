@@ -105,7 +105,7 @@ private:
 
     // ---- model ----
     model::GgufFile file_;
-    cpu::LlamaWeights w_;
+    engine::LlamaWeights w_;
     std::unique_ptr<DeviceModel> dm_;
     engine::ModelInfo info_;
     engine::KvGeometry geom_;
