@@ -43,6 +43,8 @@ Scheduler::Scheduler(Backend& backend, SchedulerOptions opts)
         throw std::invalid_argument("backend KV geometry without blocks, slots or step tokens");
     max_running_ = opts.max_running > 0 ? std::min(opts.max_running, g.max_slots) : g.max_slots;
     budget_ = opts.max_batch_tokens > 0 ? std::min(opts.max_batch_tokens, g.max_step_tokens) : g.max_step_tokens;
+    // Every running sequence decodes in every step: no more run than the budget has tokens.
+    max_running_ = std::min(max_running_, budget_);
     for (int32_t s = max_running_ - 1; s >= 0; --s) free_slots_.push_back(s);
     // A sequence never needs more positions than the pool has.
     info_.n_ctx = static_cast<int32_t>(std::min<int64_t>(info_.n_ctx, g.n_blocks * g.block_tokens));

@@ -37,7 +37,8 @@ namespace loom::engine {
 
 struct SchedulerOptions {
     /// Running sequences at most (--parallel); 0 or more than the backend's slots: its
-    /// kv().max_slots.
+    /// kv().max_slots. Never more than the token budget, so that every running sequence
+    /// decodes in every step.
     int32_t max_running = 0;
     /// Tokens evaluated per step at most, over all rows (--max-batch-tokens); 0 or more than
     /// the backend allows: kv().max_step_tokens.

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/sampling_params.hpp"
 #include "engine/scheduler.hpp"
 
 namespace loom::engine {
@@ -76,20 +77,7 @@ void read_loop(std::FILE* in, Inbox& inbox, Writer& w) {
 // A GEN line's fields as the scheduler takes them.
 SeqRequest to_request(proto::Gen g) {
     SeqRequest r;
-    SamplingParams& p = r.params;
-    p.temperature = g.temperature;
-    p.top_k = g.top_k;
-    p.top_p = g.top_p;
-    p.min_p = g.min_p;
-    p.presence_penalty = g.presence_penalty;
-    p.frequency_penalty = g.frequency_penalty;
-    p.repetition_penalty = g.repetition_penalty;
-    p.logit_bias = std::move(g.logit_bias);
-    p.allowed = std::move(g.allowed);
-    std::sort(p.allowed.begin(), p.allowed.end());
-    p.allowed.erase(std::unique(p.allowed.begin(), p.allowed.end()), p.allowed.end());
-    p.n_logprobs = g.logprobs.value_or(-1);
-    p.processed_logprobs = g.processed_logprobs;
+    r.params = sampling_params_from(g);
     r.id = std::move(g.id);
     r.prompt = std::move(g.prompt);
     r.max_tokens = g.max_tokens;

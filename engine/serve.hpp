@@ -20,8 +20,10 @@ struct ServeOptions {
     /// (--max-batch-tokens); 0: the backend's limit.
     int max_batch_tokens = 0;
     /// Capabilities announced in HELLO (protocol.md, "Capabilities").
-    std::vector<std::string> caps = {"logprobs", "allowed", "cancel", "prompt_logprobs", "penalties",
-                                     "logit_bias", "processed_logprobs", "seed"};
+    std::vector<std::string> caps = {protocol::cap::kLogprobs,  protocol::cap::kAllowed,
+                                     protocol::cap::kCancel,    protocol::cap::kPromptLogprobs,
+                                     protocol::cap::kPenalties, protocol::cap::kLogitBias,
+                                     protocol::cap::kProcessedLogprobs, protocol::cap::kSeed};
     /// When set, one line of scheduler counters (steps, preemptions, prefix hits, KV blocks)
     /// goes to this stream when the loop ends.
     std::FILE* stats = nullptr;

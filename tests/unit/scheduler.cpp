@@ -162,6 +162,20 @@ TEST_CASE("a step fills its budget: decodes first, then prefill chunks first com
     CHECK(h.lines["d"] == alone(req("d", seq(5, 4), 2)));
 }
 
+TEST_CASE("no more sequences run than the budget has tokens, so every one decodes each step") {
+    Harness h(256, 4, 256, {0, 6});
+    CHECK(h.sched.max_running() == 6);
+    CHECK(h.sched.max_batch_tokens() == 6);
+    for (int i = 0; i < 10; ++i) h.submit(req(name('q', i), seq(1, i), 5));
+    h.step();
+    CHECK(h.sched.stats().running == 6);
+    CHECK(h.sched.stats().waiting == 4);
+    h.run();
+    Harness big(256, 4, 256, {100, 5000});
+    CHECK(big.sched.max_running() == 64);     // the fake backend's slots
+    CHECK(big.sched.max_batch_tokens() == 4096);  // its max_step_tokens
+}
+
 TEST_CASE("a chunked prompt gives the lines of one pass, prompt logprobs included") {
     const auto r = req("p", seq(21, 5), 4, 2, 3);
     Harness h(64, 4, 256, {0, 8});

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
         "--batch-invariant).\n\n"
         "Options");
     std::string model;
-    int threads = 0, ctx = 0, parallel = 0, batch_tokens = 256;
+    int threads = 0, ctx = 0, parallel = 0, batch_tokens = 128;
     int64_t kv_tokens = 0;
     bool stats = false;
     opts.add_options()
@@ -34,12 +34,12 @@ int main(int argc, char** argv) {
         ("kv-tokens", po::value(&kv_tokens)->default_value(0),
          "KV cache size in tokens, over all requests (0: 16 x the context, at most a quarter of the "
          "machine's memory; memory is used only as the cache fills)")
-        ("max-batch-tokens", po::value(&batch_tokens)->default_value(256),
+        ("max-batch-tokens", po::value(&batch_tokens)->default_value(128),
          "tokens evaluated per step, decodes and prefill chunks together; longer prompts are "
          "prefilled in chunks")
         ("parallel,p", po::value(&parallel)->default_value(0),
          "requests running at once, more wait in line (0: as many as the KV cache has blocks, "
-         "at most 1024)")
+         "at most 1024; never more than --max-batch-tokens, so each decodes every step)")
         ("batch-invariant", po::bool_switch(),
          "make each request's tokens and logprobs bitwise independent of batching, chunking and "
          "prefix caching; the CPU engine always is, so this changes nothing here")
