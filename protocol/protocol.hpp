@@ -2,9 +2,9 @@
 //
 // Source: docs/protocol.md (the spec; keep the two in step). One message per line,
 // fields separated by single spaces, `key=value` fields in any order; unknown keys are
-// skipped so an older engine and a newer gateway still talk. Floats are written with 9
-// significant digits, enough for a float32 to survive the round trip. This library does
-// no I/O and depends on nothing else in loom.
+// skipped so an older engine and a newer gateway still talk. Floats are written as the
+// shortest decimal that reads back to the same float32 (std::to_chars), so they survive
+// the round trip. This library does no I/O and depends on nothing else in loom.
 #pragma once
 
 #include <cstdint>

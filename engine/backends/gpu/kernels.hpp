@@ -163,15 +163,14 @@ void rope_store(float* qkv, int64_t ld, int rows, const AttnShape& sh, int layer
                 const float* rope_cs, const float* bq, const float* bk, const float* bv, const float* q_norm,
                 const float* k_norm, gpuStream_t s);
 
-/// Decode attention, split-K over the cached positions (Flash-Decoding): query row b of q
-/// (leading dimension q_ld) attends to positions 0..slots[b].pos of its cache; `splits` chunks
-/// of attn_decode_span(sh) positions run in parallel and are combined. part holds splits * nb * n_head *
-/// (head_dim + 2) floats. Output att[b][h * head_dim + d].
 /// Positions per split of attn_decode for this shape (64 or 128).
 int attn_decode_span(const AttnShape& sh);
 
-/// (attn_decode) pdl: its kernels as programmatic dependent launches (CUDA; the decode path of
-/// the opt-in single-vector matvec).
+/// Decode attention, split-K over the cached positions (Flash-Decoding): query row b of q
+/// (leading dimension q_ld) attends to positions 0..slots[b].pos of its cache; `splits` chunks
+/// of attn_decode_span(sh) positions run in parallel and are combined. part holds splits * nb *
+/// n_head * (head_dim + 2) floats. Output att[b][h * head_dim + d]. pdl: its kernels as
+/// programmatic dependent launches (CUDA; the decode path of the opt-in single-vector matvec).
 void attn_decode(const float* q, int64_t q_ld, const SlotDesc* slots, int nb, int layer, const AttnShape& sh,
                  int splits, float* part, float* att, int64_t att_ld, gpuStream_t s, bool pdl = false);
 
