@@ -1,14 +1,12 @@
-// The GPU backend's loading, forward pass, prefill and batched decode; see gpu_backend.hpp.
-// Sampling is in gpu_sample.cpp.
+// The GPU backend's loading, buffer and KV pool sizing, sampling slots, and the step's host side:
+// validation of the plan, its flat batch of token rows, the upload, and the results; see
+// gpu_backend.hpp. The forward pass is in gpu_forward.cpp, sampling in gpu_sample.cpp.
 #include "engine/backends/gpu/gpu_backend.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <functional>
 #include <stdexcept>
 
 #include "model/gguf/vocab.hpp"
@@ -16,39 +14,47 @@
 namespace loom::gpu {
 namespace {
 
+constexpr int32_t kBlockTokens = 16;  // positions per KV block
+constexpr int kScoreGroup = 64;       // prompt-scored rows per output projection
+
 int64_t pad64(int64_t n) { return (n + 63) / 64 * 64; }
 
-bool all_f32(const engine::LlamaWeights& w) {
-    if (w.tok_embd.type != kF32 || w.output.type != kF32) return false;
-    for (const auto& L : w.layers)
-        for (const engine::Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
-            if (m->type != kF32) return false;
-    return true;
-}
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-GpuSequence::GpuSequence(int64_t cap, size_t kv_bytes, int n_vocab) : capacity(cap) {
-    if (gpuMalloc(&kv, kv_bytes) != gpuSuccess) {
+template <class T>
+T* GpuBackend::alloc(size_t n) {
+    void* p = nullptr;
+    const size_t bytes = sizeof(T) * std::max<size_t>(n, 1);
+    if (gpuMalloc(&p, bytes) != gpuSuccess) {
         (void)gpuGetLastError();
-        throw std::bad_alloc();
+        throw GpuError("device memory: cannot allocate " + std::to_string(bytes) + " bytes");
     }
-    void* l = nullptr;
-    if (gpuMalloc(&l, sizeof(float) * static_cast<size_t>(n_vocab)) != gpuSuccess) {
-        (void)gpuGetLastError();
-        (void)gpuFree(kv);
-        throw std::bad_alloc();
-    }
-    logits = static_cast<float*>(l);
+    allocs_.push_back(p);
+    return static_cast<T*>(p);
 }
 
-GpuSequence::~GpuSequence() {
-    (void)gpuFree(kv);
-    (void)gpuFree(logits);
+template <class T>
+void GpuBackend::stage(Staged<T>& s, size_t cap) {
+    void* p = nullptr;
+    LOOM_GPU_CHECK(gpuMallocHost(&p, sizeof(T) * std::max<size_t>(cap, 1)));
+    s.host = static_cast<T*>(p);
+    s.dev = alloc<T>(cap);
+    s.cap = cap;
+}
+
+template <class T>
+void GpuBackend::upload(Staged<T>& s) {
+    if (s.n)
+        LOOM_GPU_CHECK(gpuMemcpyAsync(s.dev, s.host, sizeof(T) * s.n, gpuMemcpyHostToDevice, stream_));
 }
 
 GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     : file_(model::GgufFile::open(path)), opts_(opts) {
+    if (opts.max_slots < 1 || opts.max_step_tokens < 1 || opts.kv_tokens < 0 || opts.matvec_rows < 0 ||
+        !(opts.kv_fraction > 0.0 && opts.kv_fraction <= 1.0))
+        throw std::invalid_argument("GPU options out of range (slots and step tokens >= 1, KV fraction in (0, 1])");
     check_tensor_types(file_, opts.engine_name);
     w_ = engine::LlamaWeights::bind(file_, {opts.engine_name, device_type_supported});
     const auto& hp = w_.hp;
@@ -67,31 +73,15 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
 
     LOOM_GPU_CHECK(gpuStreamCreate(&stream_));
     dm_ = std::make_unique<DeviceModel>(w_);
-    gemm_ = std::make_unique<Gemm>(stream_);
+    gemm_ = std::make_unique<Gemm>(stream_, opts.own_gemm);
     f16_in_ = gemm_->wants_f16_input();
-    // Whether every matrix that reads a normalised input (Q, K, V, gate, up, output) passes `ok`.
-    auto normed_inputs_all = [&](auto ok) {
-        for (const auto& L : dm_->layers)
-            for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up})
-                if (!ok(*m)) return false;
-        return ok(dm_->output);
-    };
-    fuse_norm_ = normed_inputs_all([](const DevMatrix& m) { return m.type == kF16 || m.type == kBF16 || m.type == kF32; });
-    fuse_norm_mvp_ = normed_inputs_all([](const DevMatrix& m) {
-        return m.type == kF32 || matvec_pipelined_supports(m.type, static_cast<int>(m.cols));
-    });
-    if (const char* e = std::getenv("LOOM_GPU_FMA_ATTENTION")) no_gemm_attn_ = std::string(e) == "1";
-    auto env_is = [](const char* name, const char* v) {
-        const char* e = std::getenv(name);
-        return e && std::string(e) == v;
-    };
-    mv1_ = env_is("LOOM_GPU_MV1", "1");
-    mvp_ = env_is("LOOM_GPU_MVP", "1");
-#if defined(LOOM_GPU_CUDA)
-    pdl_ = mv1_ && !env_is("LOOM_GPU_PDL", "0");
-#endif
-    fuse_rope_ = !env_is("LOOM_GPU_FUSE_ROPE", "0");
-    q4_magic_ = env_is("LOOM_GPU_Q4_MAGIC", "1");
+    // RMSNorm fused into single-row matvecs when every matrix that reads a normalised input (Q, K,
+    // V, gate, up, output) has a plain type: it pays there, and costs more than it saves for the
+    // quantized kernels (docs/benchmarks.md).
+    auto plain = [](const DevMatrix& m) { return m.type == kF16 || m.type == kBF16 || m.type == kF32; };
+    fuse_norm_ = plain(dm_->output);
+    for (const auto& L : dm_->layers)
+        for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up}) fuse_norm_ = fuse_norm_ && plain(*m);
 
     d_ = hp.n_embd;
     nq_ = int64_t{hp.n_head} * hp.head_dim;
@@ -109,22 +99,27 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     sh_.head_dim = hp.head_dim;
     sh_.rope_dim = hp.rope_dim;
     sh_.neox = w_.neox_rope;
-    sh_.kv_f16 = opts.kv_f16 && !all_f32(w_);
     sh_.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
     sh_.eps = hp.rms_eps;
+    qpt_ = attn_prefill_tile_queries(sh_);
 
-    rmax_ = std::max(opts.prefill_chunk, opts.max_batch);
-    const auto R = static_cast<size_t>(rmax_);
-    x_ = static_cast<float*>(alloc(R * ld_d_ * 4));
-    xn_ = static_cast<float*>(alloc(R * ld_d_ * 4));
-    qkv_ = static_cast<float*>(alloc(R * ld_qkv_ * 4));
-    att_ = static_cast<float*>(alloc(R * ld_att_ * 4));
-    ffy_ = static_cast<float*>(alloc(R * ld_ff2_ * 4));
-    g_ = static_cast<float*>(alloc(R * ld_ff_ * 4));
+    const int slots = opts.max_slots;
+    const int R = std::max(opts.max_step_tokens, slots);
+    geom_.block_tokens = kBlockTokens;
+    geom_.max_slots = slots;
+    geom_.max_step_tokens = R;
+    logit_rows_ = std::max(slots, kScoreGroup);
+    const auto Rz = static_cast<size_t>(R), Rx = static_cast<size_t>(std::max(R, logit_rows_));
+    x_ = alloc<float>(Rz * ld_d_);
+    xn_ = alloc<float>(Rx * ld_d_);
+    qkv_ = alloc<float>(Rz * ld_qkv_);
+    att_ = alloc<float>(Rz * ld_att_);
+    ffy_ = alloc<float>(Rz * ld_ff2_);
+    g_ = alloc<float>(Rz * ld_ff_);
     if (f16_in_) {
-        xh_ = static_cast<uint16_t*>(alloc(R * ld_d_ * 2));
-        atth_ = static_cast<uint16_t*>(alloc(R * ld_att_ * 2));
-        gh_ = static_cast<uint16_t*>(alloc(R * ld_ff_ * 2));
+        xh_ = alloc<uint16_t>(Rx * ld_d_);
+        atth_ = alloc<uint16_t>(Rz * ld_att_);
+        gh_ = alloc<uint16_t>(Rz * ld_ff_);
     }
     // Dequantization scratch: the largest quantized matrix of a layer, and a slice of the output.
     auto quantized = [](const DevMatrix& m) { return m.type != kF16 && m.type != kF32; };
@@ -134,16 +129,27 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
             if (quantized(*m)) ws = std::max(ws, static_cast<size_t>(m->rows * m->cols));
     if (quantized(dm_->output)) ws = std::max(ws, static_cast<size_t>(std::min<int64_t>(V_, 16384) * d_));
     wscratch_elems_ = ws;
-    if (ws) wscratch_ = static_cast<uint16_t*>(alloc(ws * 2));
-    logits_b_ = static_cast<float*>(alloc(static_cast<size_t>(std::max(opts.max_batch, 64)) * ld_v_ * 4));
+    if (ws) wscratch_ = alloc<uint16_t>(ws);
+    logits_ = alloc<float>(static_cast<size_t>(logit_rows_) * ld_v_);
 
+    // Split-K partials: every decode row (at most one per slot), or in batch-invariant mode
+    // groups of part_rows_ query rows of any kind, with splits for the whole context.
+    const int span = attn_decode_span(sh_);
+    while (int64_t{splits_max_} * span < info_.n_ctx) splits_max_ *= 2;
+    part_rows_ = opts.batch_invariant ? std::min(R, std::max(slots, 64)) : slots;
+    part_ = alloc<float>(static_cast<size_t>(part_rows_) * splits_max_ * hp.n_head * (hp.head_dim + 2));
+
+    const int64_t seq_blocks = ceil_div(info_.n_ctx, kBlockTokens);
+    stage(rows_, Rz);
+    stage(tables_, static_cast<size_t>(slots) * static_cast<size_t>(seq_blocks));
+    stage(tiles_, Rz);
+    stage(gather_, static_cast<size_t>(slots) + Rz);
+    stage(sample_rows_, static_cast<size_t>(slots));
+    stage(score_rows_, Rz);
+    out_dev_ = alloc<SampleOut>(static_cast<size_t>(slots) + Rz);
     void* p = nullptr;
-    LOOM_GPU_CHECK(gpuMallocHost(&p, sizeof(SlotDesc) * R));
-    slots_host_ = static_cast<SlotDesc*>(p);
-    slots_dev_ = static_cast<SlotDesc*>(alloc(sizeof(SlotDesc) * R));
-    LOOM_GPU_CHECK(gpuMallocHost(&p, sizeof(int32_t) * R));
-    tokens_host_ = static_cast<int32_t*>(p);
-    tokens_dev_ = static_cast<int32_t*>(alloc(sizeof(int32_t) * R));
+    LOOM_GPU_CHECK(gpuMallocHost(&p, sizeof(SampleOut) * (static_cast<size_t>(slots) + Rz)));
+    out_host_ = static_cast<SampleOut*>(p);
 
     // RoPE cos/sin per position and pair, in double as the CPU backend computes them.
     const int half = hp.rope_dim / 2;
@@ -157,15 +163,39 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
             cs[(static_cast<size_t>(pos) * half + i) * 2 + 1] = static_cast<float>(std::sin(theta));
         }
     }
-    rope_cs_ = static_cast<float*>(alloc(std::max<size_t>(cs.size(), 1) * 4));
+    rope_cs_ = alloc<float>(cs.size());
     if (!cs.empty()) LOOM_GPU_CHECK(gpuMemcpy(rope_cs_, cs.data(), cs.size() * 4, gpuMemcpyHostToDevice));
 
-    sampler_ = std::make_unique<DeviceSampler>(static_cast<int>(V_), stream_);
-    sout_dev_ = static_cast<SampleOut*>(alloc(sizeof(SampleOut) * 64));
-    LOOM_GPU_CHECK(gpuMallocHost(&p, sizeof(SampleOut) * 64));
-    sout_host_ = static_cast<SampleOut*>(p);
-    ensure_part(1, 1);
+    sampler_ = std::make_unique<SlotSampler>(static_cast<int>(V_), slots, stream_);
+    flat_start_.resize(static_cast<size_t>(slots));
+    sample_at_.resize(static_cast<size_t>(slots));
+    score_at_.resize(static_cast<size_t>(slots));
+
+    // The KV pool, last: --kv-tokens positions, or kv_fraction of what is free now.
     sync("load");
+    kv_.f16 = !opts.kv_f32;
+    const size_t elem = kv_.f16 ? 2 : 4;
+    const size_t block_bytes = static_cast<size_t>(hp.n_layer) * 2 * kBlockTokens * static_cast<size_t>(nkv_) * elem;
+    int64_t n_blocks = 0;
+    if (opts.kv_tokens > 0) {
+        n_blocks = ceil_div(opts.kv_tokens, kBlockTokens);
+    } else {
+        size_t free_b = 0, total_b = 0;
+        LOOM_GPU_CHECK(gpuMemGetInfo(&free_b, &total_b));
+        n_blocks = static_cast<int64_t>(static_cast<double>(free_b) * opts.kv_fraction / static_cast<double>(block_bytes));
+    }
+    if (n_blocks < 1)
+        throw std::invalid_argument("no room for a KV block of " + std::to_string(block_bytes) + " bytes");
+    kv_bytes_ = static_cast<size_t>(n_blocks) * block_bytes;
+    kv_.pool = alloc<uint8_t>(kv_bytes_);
+    kv_.layout.n_blocks = n_blocks;
+    kv_.layout.block_tokens = kBlockTokens;
+    kv_.layout.kv_dim = nkv_;
+    kv_.tables = tables_.dev;
+    geom_.n_blocks = n_blocks;
+    std::fprintf(stderr, "%s: KV pool of %lld blocks x %d positions (%.1f MiB, %s)\n", opts.engine_name.c_str(),
+                 static_cast<long long>(n_blocks), kBlockTokens, static_cast<double>(kv_bytes_) / (1 << 20),
+                 kv_.f16 ? "F16" : "F32");
 }
 
 GpuBackend::~GpuBackend() {
@@ -175,23 +205,14 @@ GpuBackend::~GpuBackend() {
         (void)gpuGraphDestroy(g.first);
     }
     for (auto& e : events_) (void)gpuEventDestroy(e.second);
-    for (void* p : allocs_) (void)gpuFree(p);
-    if (part_) (void)gpuFree(part_);
-    if (attn_s_) (void)gpuFree(attn_s_);
     sampler_.reset();
-    (void)gpuFreeHost(slots_host_);
-    (void)gpuFreeHost(tokens_host_);
-    (void)gpuFreeHost(sout_host_);
+    for (void* h : {static_cast<void*>(rows_.host), static_cast<void*>(tables_.host), static_cast<void*>(tiles_.host),
+                    static_cast<void*>(gather_.host), static_cast<void*>(sample_rows_.host),
+                    static_cast<void*>(score_rows_.host), static_cast<void*>(out_host_)})
+        if (h) (void)gpuFreeHost(h);
+    for (void* q : allocs_) (void)gpuFree(q);
     gemm_.reset();
-    dm_.reset();
     (void)gpuStreamDestroy(stream_);
-}
-
-void* GpuBackend::alloc(size_t bytes) {
-    void* p = nullptr;
-    LOOM_GPU_CHECK(gpuMalloc(&p, std::max<size_t>(bytes, 16)));
-    allocs_.push_back(p);
-    return p;
 }
 
 void GpuBackend::sync(const char* what) {
@@ -207,423 +228,233 @@ void GpuBackend::tick(const char* name) {
     events_.emplace_back(name, e);
 }
 
-std::unique_ptr<engine::Sequence> GpuBackend::new_sequence(int64_t capacity) {
-    if (capacity <= 0 || capacity > info_.n_ctx)
-        throw std::invalid_argument("sequence capacity " + std::to_string(capacity) + " outside 1.." +
-                                    std::to_string(info_.n_ctx));
-    const size_t kv_bytes = static_cast<size_t>(w_.hp.n_layer) * 2 * static_cast<size_t>(capacity) *
-                            static_cast<size_t>(nkv_) * (sh_.kv_f16 ? 2 : 4);
-    return std::make_unique<GpuSequence>(capacity, kv_bytes, static_cast<int>(V_));
+void GpuBackend::open_slot(int32_t slot, const engine::SamplingParams& params, std::span<const int32_t> prompt,
+                           std::span<const int32_t> output) {
+    sampler_->open(slot, params, prompt, output);
 }
 
-bool GpuBackend::rope_fusable(const DevLayer& L) const {
-    return fuse_rope_ && !sh_.neox && sh_.rope_dim % 2 == 0 && sh_.head_dim % 2 == 0 && !L.bq && !L.bk && !L.bv &&
-           !L.q_norm && !L.k_norm;
-}
+void GpuBackend::close_slot(int32_t slot) { sampler_->close(slot); }
 
-void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat, int rows, const float* x32,
-                        int64_t ldx, const uint16_t* x16, int64_t ldx16, int64_t ldy, bool add, const float* norm_w,
-                        const int8_t* roles, int layer) {
-    if (norm_w && rows > 8) throw std::logic_error("fused RMSNorm needs the matvec path");
-    if (roles && rows > 8) throw std::logic_error("fused RoPE needs the matvec path");
-    if (rows <= 8) {
-        for (int i = 0; i < nmat;) {
-            MatvecArgs a;
-            a.type = mats[i]->type;
-            a.cols = static_cast<int32_t>(mats[i]->cols);
-            a.row_bytes = mats[i]->row_bytes;
-            a.nseg = 0;
-            int j = i;
-            while (j < nmat && a.nseg < 3 && mats[j]->type == a.type && mats[j]->cols == a.cols) {
-                if (roles) a.seg_role[a.nseg] = roles[j];
-                a.seg[a.nseg++] = MvSeg{mats[j]->data, static_cast<int32_t>(mats[j]->rows), ys[j]};
-                ++j;
-            }
-            a.single = rows == 1 && mv1_;
-            a.pipelined = rows == 1 && mvp_;
-            a.pdl = a.single && pdl_;
-            a.q4_magic = q4_magic_;
-            if (roles) {
-                a.slots = slots_dev_;
-                a.rope_cs = rope_cs_;
-                a.layer = layer;
-                a.head_dim = sh_.head_dim;
-                a.rope_dim = sh_.rope_dim;
-                a.kv_dim = sh_.kv_dim();
-                a.kv_f16 = sh_.kv_f16;
-            }
-            a.x = x32;
-            a.x_stride = ldx;
-            a.y_stride = ldy;
-            a.nb = rows;
-            a.mode = add ? MvMode::Add : MvMode::Store;
-            a.norm_w = norm_w;
-            a.norm_eps = w_.hp.rms_eps;
-            matvec(a, stream_);
-            i = j;
-        }
-        return;
-    }
-    for (int i = 0; i < nmat; ++i) {
-        const DevMatrix& m = *mats[i];
-        const int K = static_cast<int>(m.cols);
-        if (m.type == kF16 || m.type == kF32) {
-            const bool h = m.type == kF16;
-            gemm_->run(m.data, h, static_cast<int64_t>(m.row_bytes / (h ? 2 : 4)), x32, ldx, x16, ldx16, rows,
-                       static_cast<int>(m.rows), K, ys[i], ldy, add);
-            continue;
-        }
-        const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(wscratch_elems_) / m.cols);
-        for (int64_t r0 = 0; r0 < m.rows; r0 += step) {
-            const int64_t n = std::min(step, m.rows - r0);
-            dequant_f16(m, r0, n, wscratch_, m.cols, stream_);
-            gemm_->run(wscratch_, true, m.cols, x32, ldx, x16, ldx16, rows, static_cast<int>(n), K, ys[i] + r0, ldy,
-                       add);
+void GpuBackend::validate(const engine::StepPlan& plan) const {
+    auto bad = [](const std::string& m) { throw std::invalid_argument("step: " + m); };
+    if (plan.rows.size() > static_cast<size_t>(geom_.max_slots))
+        bad(std::to_string(plan.rows.size()) + " rows, more than the " + std::to_string(geom_.max_slots) + " slots");
+    std::vector<char> seen(static_cast<size_t>(geom_.max_slots), 0);
+    int64_t total = 0;
+    for (const engine::StepRow& r : plan.rows) {
+        const std::string who = "slot " + std::to_string(r.slot) + ": ";
+        if (!sampler_->is_open(r.slot)) bad(who + "not open");
+        if (seen[static_cast<size_t>(r.slot)]++) bad(who + "appears twice");
+        const auto n = static_cast<int64_t>(r.tokens.size());
+        if (n == 0) bad(who + "no tokens");
+        total += n;
+        for (int32_t t : r.tokens)
+            if (t < 0 || t >= V_) bad(who + "token id " + std::to_string(t) + " out of range");
+        if (r.pos0 < 0 || r.pos0 + n > info_.n_ctx)
+            bad(who + "positions " + std::to_string(r.pos0) + ".." + std::to_string(r.pos0 + n - 1) +
+                " outside the context of " + std::to_string(info_.n_ctx));
+        const int64_t need = ceil_div(r.pos0 + n, kBlockTokens);
+        if (static_cast<int64_t>(r.blocks.size()) < need)
+            bad(who + "block table of " + std::to_string(r.blocks.size()) + " blocks for " +
+                std::to_string(r.pos0 + n) + " positions");
+        for (int64_t i = 0; i < need; ++i)
+            if (r.blocks[static_cast<size_t>(i)] < 0 || r.blocks[static_cast<size_t>(i)] >= geom_.n_blocks)
+                bad(who + "block id " + std::to_string(r.blocks[static_cast<size_t>(i)]) + " out of range");
+        if (r.prompt_k > kMaxTop) bad(who + "prompt_k above " + std::to_string(kMaxTop));
+        if (r.prompt_k >= 0) {
+            const auto nt = static_cast<int64_t>(r.targets.size());
+            if (nt != n && nt != n - 1) bad(who + "targets for " + std::to_string(nt) + " of " + std::to_string(n) + " tokens");
+            for (int32_t t : r.targets)
+                if (t < 0 || t >= V_) bad(who + "target id " + std::to_string(t) + " out of range");
         }
     }
+    if (total > geom_.max_step_tokens)
+        bad(std::to_string(total) + " tokens, more than " + std::to_string(geom_.max_step_tokens));
 }
 
-void GpuBackend::ffn(const DevLayer& L, int rows, bool fuse) {
-    const bool mv = rows <= 8;
-    if (mv && L.gate.type == L.up.type) {
-        MatvecArgs a;
-        a.norm_w = fuse ? L.ffn_norm : nullptr;
-        a.norm_eps = w_.hp.rms_eps;
-        a.type = L.gate.type;
-        a.cols = static_cast<int32_t>(L.gate.cols);
-        a.row_bytes = L.gate.row_bytes;
-        a.seg[0] = MvSeg{L.gate.data, static_cast<int32_t>(L.gate.rows), g_};
-        a.seg[1] = MvSeg{L.up.data, static_cast<int32_t>(L.up.rows), nullptr};
-        a.nseg = 2;
-        a.x = fuse ? x_ : xn_;
-        a.x_stride = ld_d_;
-        a.y_stride = ld_ff_;
-        a.nb = rows;
-        a.mode = MvMode::SwiGLU;
-        a.single = rows == 1 && mv1_;
-        a.pipelined = rows == 1 && mvp_;
-        a.pdl = a.single && pdl_;
-        a.q4_magic = q4_magic_;
-        matvec(a, stream_);
+void GpuBackend::build_rows(const engine::StepPlan& plan) {
+    const size_t n_rows = plan.rows.size();
+    // Flat order: the 1-token rows first (decode attention), then the chunks (prefill tiles).
+    std::vector<size_t> order;
+    order.reserve(n_rows);
+    for (size_t i = 0; i < n_rows; ++i)
+        if (plan.rows[i].tokens.size() == 1) order.push_back(i);
+    n_dec_ = static_cast<int>(order.size());
+    for (size_t i = 0; i < n_rows; ++i)
+        if (plan.rows[i].tokens.size() > 1) order.push_back(i);
+
+    rows_.n = tables_.n = tiles_.n = gather_.n = sample_rows_.n = score_rows_.n = 0;
+    int32_t max_pos = 0;
+    pure_decode_ = true;
+    nblk_ = 1;
+    for (size_t i : order) {
+        const engine::StepRow& r = plan.rows[i];
+        const auto n = static_cast<int32_t>(r.tokens.size());
+        const auto f = static_cast<int32_t>(rows_.n);
+        const auto table = static_cast<int32_t>(tables_.n);
+        const int64_t need = ceil_div(r.pos0 + n, kBlockTokens);
+        std::copy_n(r.blocks.begin(), need, tables_.host + tables_.n);
+        tables_.n += static_cast<size_t>(need);
+        for (int32_t t = 0; t < n; ++t)
+            rows_.host[rows_.n++] = RowDesc{r.tokens[static_cast<size_t>(t)], static_cast<int32_t>(r.pos0) + t, table, 0};
+        flat_start_[i] = f;
+        if (n == 1 || opts_.batch_invariant) max_pos = std::max(max_pos, static_cast<int32_t>(r.pos0) + n - 1);
+        if (n > 1)
+            for (int32_t q0 = 0; q0 < n; q0 += qpt_)
+                tiles_.host[tiles_.n++] =
+                    PrefillTile{f + q0, std::min(qpt_, n - q0), static_cast<int32_t>(r.pos0) + q0, table};
+        pure_decode_ = pure_decode_ && n == 1 && r.sample && r.prompt_k < 0;
+    }
+    // Sampled rows (their last token), in flat order: in a pure-decode step sampled row k is flat row k.
+    for (size_t i : order) {
+        const engine::StepRow& r = plan.rows[i];
+        sample_at_[i] = -1;
+        if (!r.sample) continue;
+        const auto k = static_cast<int32_t>(sample_rows_.n++);
+        sample_at_[i] = k;
+        gather_.host[gather_.n++] = flat_start_[i] + static_cast<int32_t>(r.tokens.size()) - 1;
+        sample_rows_.host[k] = SampleRow{r.slot, k, r.u};
+        nblk_ = std::max(nblk_, sampler_->blocks(r.slot));
+    }
+    // Prompt-scored rows: logits row j % logit_rows_ of their group.
+    for (size_t i : order) {
+        const engine::StepRow& r = plan.rows[i];
+        score_at_[i] = -1;
+        if (r.prompt_k < 0) continue;
+        score_at_[i] = static_cast<int>(score_rows_.n);
+        for (size_t j = 0; j < r.targets.size(); ++j) {
+            const auto e = static_cast<int32_t>(score_rows_.n++);
+            gather_.host[gather_.n++] = flat_start_[i] + static_cast<int32_t>(j);
+            score_rows_.host[e] = ScoreRow{e % logit_rows_, r.targets[j], r.prompt_k, 0};
+        }
+    }
+    splits_ = 1;
+    while (int64_t{splits_} * attn_decode_span(sh_) <= max_pos) splits_ *= 2;
+}
+
+void GpuBackend::upload() {
+    upload(rows_);
+    upload(tables_);
+    upload(tiles_);
+    upload(gather_);
+    upload(sample_rows_);
+    upload(score_rows_);
+}
+
+void GpuBackend::step(const engine::StepPlan& plan, engine::StepOutput& out) {
+    validate(plan);
+    const size_t n_rows = plan.rows.size();
+    out.sampled.assign(n_rows, std::nullopt);
+    out.prompt_scores.assign(n_rows, {});
+    out.errors.assign(n_rows, std::string());
+    if (n_rows == 0) return;
+    build_rows(plan);
+    upload();
+    const int T = static_cast<int>(rows_.n);
+    const int ns = static_cast<int>(sample_rows_.n), nsc = static_cast<int>(score_rows_.n);
+    tick("upload");
+    if (pure_decode_ && T <= 8 && opts_.graphs && LOOM_GPU_HAS_GRAPHS && !profiling_) {
+        decode_graph(T);
     } else {
-        const DevMatrix* m2[2] = {&L.gate, &L.up};
-        float* y2[2] = {ffy_, ffy_ + ff_};
-        if (fuse) linear(m2, y2, 2, rows, x_, ld_d_, nullptr, 0, ld_ff2_, false, L.ffn_norm);
-        else linear(m2, y2, 2, rows, xn_, ld_d_, xh_, ld_d_, ld_ff2_, false);
-        swiglu(ffy_, ld_ff2_, static_cast<int>(ff_), rows, g_, ld_ff_, (!mv && f16_in_) ? gh_ : nullptr, ld_ff_,
-               stream_);
-    }
-    tick("ffn_gate_up");
-    const DevMatrix* md[1] = {&L.down};
-    float* yd[1] = {x_};
-    linear(md, yd, 1, rows, g_, ld_ff_, gh_, ld_ff_, ld_d_, true);
-    tick("ffn_down");
-}
-
-void GpuBackend::output_rows(int rows, float* logits, int64_t ld) {
-    const DevMatrix* mo[1] = {&dm_->output};
-    float* yo[1] = {logits};
-    linear(mo, yo, 1, rows, xn_, ld_d_, xh_, ld_d_, ld, false);
-}
-
-void GpuBackend::forward(int rows, bool decode) {
-    const auto& hp = w_.hp;
-    const bool mv = rows <= 8;
-    const bool h16 = !mv && f16_in_;
-    // RMSNorm fused into the next matvec: one launch less per norm, but every block of the
-    // batched kernel recomputes the scale; it pays for a single row over plain (F16/BF16/F32)
-    // weights, and costs more than it saves for several rows or for the quantized kernels. The
-    // single-vector kernel (mv1_) stages the activations once per block and always fuses it; the
-    // pipelined one (mvp_) computes the scale once per resident block.
-    const bool fuse = rows == 1 && (fuse_norm_ || mv1_ || (mvp_ && fuse_norm_mvp_));
-    embed(dm_->tok_embd, decode ? nullptr : tokens_dev_, decode ? slots_dev_ : nullptr, rows, x_, ld_d_, stream_);
-    tick("embed");
-    for (int l = 0; l < hp.n_layer; ++l) {
-        const DevLayer& L = dm_->layers[static_cast<size_t>(l)];
-        const DevMatrix* m3[3] = {&L.wq, &L.wk, &L.wv};
-        float* y3[3] = {qkv_, qkv_ + nq_, qkv_ + nq_ + nkv_};
-        // RoPE and the KV-cache store fused into the QKV matvec's epilogue (decode steps).
-        const bool rope_fused = decode && mv && rope_fusable(L);
-        static const int8_t kRoles[3] = {1, 2, 3};
-        const int8_t* roles = rope_fused ? kRoles : nullptr;
-        if (fuse) {  // RMSNorm fused into the matvec
-            linear(m3, y3, 3, rows, x_, ld_d_, nullptr, 0, ld_qkv_, false, L.attn_norm, roles, l);
-        } else {
-            rmsnorm(x_, ld_d_, L.attn_norm, static_cast<int>(d_), rows, hp.rms_eps, xn_, ld_d_, h16 ? xh_ : nullptr,
-                    ld_d_, stream_);
-            tick("rmsnorm");
-            linear(m3, y3, 3, rows, xn_, ld_d_, xh_, ld_d_, ld_qkv_, false, nullptr, roles, l);
+        forward(T);
+        for (int g0 = 0; g0 < nsc; g0 += logit_rows_) {
+            const int g = std::min(logit_rows_, nsc - g0);
+            logits(gather_.dev + ns + g0, g);
+            score_rows(logits_, ld_v_, static_cast<int>(V_), score_rows_.dev + g0, g, out_dev_ + ns + g0, stream_);
+            tick("prompt_scores");
         }
-        tick("qkv");
-        if (!rope_fused) {
-            rope_store(qkv_, ld_qkv_, rows, sh_, l, slots_dev_, decode, rope_cs_, L.bq, L.bk, L.bv, L.q_norm, L.k_norm,
-                       stream_);
-            tick("rope_kv_store");
+        if (ns) logits(pure_decode_ ? nullptr : gather_.dev, ns);
+    }
+    if (ns) {
+        sampler_->sample(logits_, ld_v_, sample_rows_.dev, ns, nblk_, out_dev_);
+        tick("sample");
+    }
+    if (ns + nsc)
+        LOOM_GPU_CHECK(gpuMemcpyAsync(out_host_, out_dev_, sizeof(SampleOut) * static_cast<size_t>(ns + nsc),
+                                      gpuMemcpyDeviceToHost, stream_));
+    sync("step");
+    finish(plan, out);
+}
+
+void GpuBackend::finish(const engine::StepPlan& plan, engine::StepOutput& out) {
+    const int ns = static_cast<int>(sample_rows_.n);
+    const std::string nan = "the model produced NaN logits";
+    for (size_t i = 0; i < plan.rows.size(); ++i) {
+        const engine::StepRow& r = plan.rows[i];
+        if (score_at_[i] >= 0) {
+            auto& scores = out.prompt_scores[i];
+            scores.reserve(r.targets.size());
+            for (size_t j = 0; j < r.targets.size(); ++j) {
+                const SampleOut& o = out_host_[static_cast<size_t>(ns + score_at_[i]) + j];
+                if (o.nan) out.errors[i] = nan;
+                engine::SampleResult s;
+                s.token = o.token;
+                s.logprob = o.logprob;
+                for (int t = 0; t < o.n_top; ++t) s.top.emplace_back(o.top_id[t], o.top_lp[t]);
+                scores.push_back(std::move(s));
+            }
         }
-        if (decode)
-            attn_decode(qkv_, ld_qkv_, slots_dev_, rows, l, sh_, cur_splits_, part_, att_, ld_att_, stream_,
-                        pdl_ && rows == 1);
-        else if (gemm_->has_attention() && !sh_.kv_f16 && !no_gemm_attn_)
-            prefill_attention(rows, l);
-        else
-            attn_prefill(qkv_, ld_qkv_, slots_dev_, rows, l, sh_, att_, ld_att_, stream_);
-        if (h16) to_f16(att_, ld_att_, static_cast<int>(nq_), rows, atth_, ld_att_, stream_);
-        tick("attention");
-        const DevMatrix* mo[1] = {&L.wo};
-        float* yo[1] = {x_};
-        linear(mo, yo, 1, rows, att_, ld_att_, atth_, ld_att_, ld_d_, true);
-        tick("attn_out");
-        if (!fuse) {
-            rmsnorm(x_, ld_d_, L.ffn_norm, static_cast<int>(d_), rows, hp.rms_eps, xn_, ld_d_, h16 ? xh_ : nullptr,
-                    ld_d_, stream_);
-            tick("rmsnorm");
+        if (sample_at_[i] >= 0) {
+            const SampleOut& o = out_host_[static_cast<size_t>(sample_at_[i])];
+            if (o.nan) out.errors[i] = nan;
+            else out.sampled[i] = sampler_->result(r.slot, o);
         }
-        ffn(L, rows, fuse);
-    }
-    if (decode) {
-        if (fuse) {
-            const DevMatrix* mo[1] = {&dm_->output};
-            float* yo[1] = {logits_b_};
-            linear(mo, yo, 1, rows, x_, ld_d_, nullptr, 0, ld_v_, false, dm_->output_norm);
-        } else {
-            rmsnorm(x_, ld_d_, dm_->output_norm, static_cast<int>(d_), rows, hp.rms_eps, xn_, ld_d_,
-                    h16 ? xh_ : nullptr, ld_d_, stream_);
-            output_rows(rows, logits_b_, ld_v_);
-        }
-        scatter_logits(logits_b_, ld_v_, static_cast<int>(V_), slots_dev_, rows, stream_);
-        tick("output");
     }
 }
 
-void GpuBackend::prefill_attention(int rows, int layer) {
-    // The sequence being prefilled is slots_host_[0] (its position and cache are set by eval()).
-    const SlotDesc& d = slots_host_[0];
-    const int n = d.pos + rows;
-    const size_t need = static_cast<size_t>(sh_.n_head_kv) * static_cast<size_t>(rows) * static_cast<size_t>(n);
-    if (need > attn_s_elems_) {
-        sync("attention scratch");
-        if (attn_s_) (void)gpuFree(attn_s_);
-        attn_s_ = nullptr;
-        void* p = nullptr;
-        LOOM_GPU_CHECK(gpuMalloc(&p, need * sizeof(float)));
-        attn_s_ = static_cast<float*>(p);
-        attn_s_elems_ = need;
-    }
-    const int64_t kvd = sh_.kv_dim();
-    const float* kv = static_cast<const float*>(d.kv);
-    const float* k = kv + (static_cast<int64_t>(layer) * 2 + 0) * d.cap * kvd;
-    const float* v = kv + (static_cast<int64_t>(layer) * 2 + 1) * d.cap * kvd;
-    gemm_->attention(qkv_, ld_qkv_, k, v, kvd, rows, d.pos, sh_.n_head, sh_.n_head_kv, sh_.head_dim, sh_.scale,
-                     attn_s_, att_, ld_att_);
-}
-
-void GpuBackend::upload_slots(int n) {
-    LOOM_GPU_CHECK(gpuMemcpyAsync(slots_dev_, slots_host_, sizeof(SlotDesc) * static_cast<size_t>(n),
-                                  gpuMemcpyHostToDevice, stream_));
-}
-
-void GpuBackend::ensure_part(int splits, int nb) {
-    const size_t need = static_cast<size_t>(splits) * static_cast<size_t>(nb) * static_cast<size_t>(sh_.n_head) *
-                        static_cast<size_t>(sh_.head_dim + 2);
-    if (need <= part_elems_) return;
-    sync("attention buffer");
-    for (auto& [k, g] : graphs_) {  // they point at the old buffer
-        (void)gpuGraphExecDestroy(g.second);
-        (void)gpuGraphDestroy(g.first);
-    }
-    graphs_.clear();
-    if (part_) (void)gpuFree(part_);
-    part_ = nullptr;
-    size_t cap = std::max<size_t>(need, part_elems_ * 2);
-    void* p = nullptr;
-    LOOM_GPU_CHECK(gpuMalloc(&p, cap * sizeof(float)));
-    part_ = static_cast<float*>(p);
-    part_elems_ = cap;
-}
-
-void GpuBackend::run_decode(int nb, int splits) {
-    cur_splits_ = splits;
+void GpuBackend::decode_graph(int T) {
 #if LOOM_GPU_HAS_GRAPHS
-    if (opts_.graphs && nb <= 8 && !profiling_) {
-        const auto key = std::make_pair(nb, splits);
-        auto it = graphs_.find(key);
-        if (it == graphs_.end()) {
-            auto capture = [&] {
-                gpuGraph_t g = nullptr;
-                gpuGraphExec_t e = nullptr;
-                LOOM_GPU_CHECK(gpuStreamBeginCapture(stream_));
-                try {
-                    forward(nb, true);
-                } catch (...) {
-                    (void)gpuStreamEndCapture(stream_, &g);
-                    if (g) (void)gpuGraphDestroy(g);
-                    throw;
-                }
-                LOOM_GPU_CHECK(gpuStreamEndCapture(stream_, &g));
-                try {
-                    LOOM_GPU_CHECK(gpuGraphInstantiate(&e, g));
-                } catch (...) {
-                    (void)gpuGraphDestroy(g);
-                    throw;
-                }
-                return graphs_.emplace(key, std::make_pair(g, e)).first;
-            };
-            try {
-                it = capture();
-            } catch (const GpuError& err) {
-                if (!pdl_) throw;
-                // Programmatic dependent launches refused in a graph: capture without them.
-                std::fprintf(stderr, "loom-gpu: decode graph with dependent launches failed (%s); without them\n",
-                             err.what());
-                (void)gpuGetLastError();
-                pdl_ = false;
-                it = capture();
-            }
+    const auto key = std::make_pair(T, splits_);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+        gpuGraph_t g = nullptr;
+        gpuGraphExec_t e = nullptr;
+        LOOM_GPU_CHECK(gpuStreamBeginCapture(stream_));
+        try {
+            forward(T);
+            logits(nullptr, T);
+        } catch (...) {
+            (void)gpuStreamEndCapture(stream_, &g);
+            if (g) (void)gpuGraphDestroy(g);
+            throw;
         }
-        LOOM_GPU_CHECK(gpuGraphLaunch(it->second.second, stream_));
-        return;
+        LOOM_GPU_CHECK(gpuStreamEndCapture(stream_, &g));
+        if (gpuGraphInstantiate(&e, g) != gpuSuccess) {
+            (void)gpuGraphDestroy(g);
+            throw GpuError("decode graph: instantiation failed");
+        }
+        it = graphs_.emplace(key, std::make_pair(g, e)).first;
     }
+    LOOM_GPU_CHECK(gpuGraphLaunch(it->second.second, stream_));
+#else
+    forward(T);
+    logits(nullptr, T);
 #endif
-    forward(nb, true);
 }
 
-void GpuBackend::decode_batch(std::span<engine::Sequence* const> seqs, std::span<const int32_t> tokens) {
-    for (size_t g0 = 0; g0 < seqs.size(); g0 += static_cast<size_t>(opts_.max_batch)) {
-        const int nb = static_cast<int>(std::min(seqs.size() - g0, static_cast<size_t>(opts_.max_batch)));
-        int max_kv = 1;
-        for (int i = 0; i < nb; ++i) {
-            auto& s = static_cast<GpuSequence&>(*seqs[g0 + static_cast<size_t>(i)]);
-            const int32_t t = tokens[g0 + static_cast<size_t>(i)];
-            if (s.n_past() + 1 > s.capacity) throw std::length_error("sequence is full");
-            if (t < 0 || t >= V_) throw std::out_of_range("token id " + std::to_string(t) + " out of range");
-            SlotDesc& d = slots_host_[i];
-            d.token = t;
-            d.pos = static_cast<int32_t>(s.n_past());
-            d.cap = static_cast<int32_t>(s.capacity);
-            d.kv = s.kv;
-            d.logits = s.logits;
-            max_kv = std::max(max_kv, d.pos + 1);
-        }
-        int splits = 1;
-        const int span = attn_decode_span(sh_);
-        while (splits * span < max_kv) splits *= 2;
-        ensure_part(splits, nb);
-        upload_slots(nb);
-        run_decode(nb, splits);
-        sync("decode");
-        for (int i = 0; i < nb; ++i) {
-            auto& s = static_cast<GpuSequence&>(*seqs[g0 + static_cast<size_t>(i)]);
-            s.advance(1);
-            s.has_logits = true;
-        }
-    }
-}
-
-void GpuBackend::eval(engine::Sequence& sq, std::span<const int32_t> tokens, std::vector<engine::SampleResult>* scores,
-                      int prompt_k) {
-    auto& s = static_cast<GpuSequence&>(sq);
-    if (tokens.empty()) return;
-    if (s.n_past() + static_cast<int64_t>(tokens.size()) > s.capacity) throw std::length_error("sequence is full");
-    for (int32_t t : tokens)
-        if (t < 0 || t >= V_) throw std::out_of_range("token id " + std::to_string(t) + " out of range");
-    if (!scores && tokens.size() == 1) {
-        engine::Sequence* one[1] = {&sq};
-        decode_batch(one, tokens);
-        return;
-    }
-    const auto n = static_cast<int64_t>(tokens.size());
-    const auto& hp = w_.hp;
-    for (int64_t c0 = 0; c0 < n; c0 += opts_.prefill_chunk) {
-        const int m = static_cast<int>(std::min<int64_t>(opts_.prefill_chunk, n - c0));
-        std::memcpy(tokens_host_, tokens.data() + c0, sizeof(int32_t) * static_cast<size_t>(m));
-        SlotDesc& d = slots_host_[0];
-        d.token = tokens[static_cast<size_t>(c0)];
-        d.pos = static_cast<int32_t>(s.n_past());
-        d.cap = static_cast<int32_t>(s.capacity);
-        d.kv = s.kv;
-        d.logits = s.logits;
-        LOOM_GPU_CHECK(gpuMemcpyAsync(tokens_dev_, tokens_host_, sizeof(int32_t) * static_cast<size_t>(m),
-                                      gpuMemcpyHostToDevice, stream_));
-        upload_slots(1);
-        forward(m, false);
-        if (scores) {
-            // Rows t < m predict token c0 + t + 1; scored 64 rows at a time.
-            for (int r0 = 0; r0 < m; r0 += 64) {
-                const int rr = std::min(64, m - r0);
-                int nt = 0;
-                while (nt < rr && c0 + r0 + nt + 1 < n) ++nt;
-                if (nt == 0) break;
-                const bool h16 = nt > 8 && f16_in_;
-                rmsnorm(x_ + static_cast<int64_t>(r0) * ld_d_, ld_d_, dm_->output_norm, static_cast<int>(d_), nt,
-                        hp.rms_eps, xn_, ld_d_, h16 ? xh_ : nullptr, ld_d_, stream_);
-                output_rows(nt, logits_b_, ld_v_);
-                sync("prompt scoring");  // tokens_host_ is reused below
-                for (int t = 0; t < nt; ++t) tokens_host_[t] = tokens[static_cast<size_t>(c0 + r0 + t + 1)];
-                LOOM_GPU_CHECK(gpuMemcpyAsync(tokens_dev_, tokens_host_, sizeof(int32_t) * static_cast<size_t>(nt),
-                                              gpuMemcpyHostToDevice, stream_));
-                score_rows(logits_b_, ld_v_, static_cast<int>(V_), nt, tokens_dev_, prompt_k, sout_dev_, stream_);
-                LOOM_GPU_CHECK(gpuMemcpyAsync(sout_host_, sout_dev_, sizeof(SampleOut) * static_cast<size_t>(nt),
-                                              gpuMemcpyDeviceToHost, stream_));
-                sync("prompt scoring");
-                for (int t = 0; t < nt; ++t) {
-                    const SampleOut& o = sout_host_[t];
-                    if (o.nan) throw std::runtime_error("the model produced NaN logits");
-                    engine::SampleResult r;
-                    r.token = o.token;
-                    r.logprob = o.logprob;
-                    for (int j = 0; j < o.n_top; ++j) r.top.emplace_back(o.top_id[j], o.top_lp[j]);
-                    scores->push_back(std::move(r));
-                }
-            }
-        }
-        if (c0 + m == n) {
-            rmsnorm(x_ + static_cast<int64_t>(m - 1) * ld_d_, ld_d_, dm_->output_norm, static_cast<int>(d_), 1,
-                    hp.rms_eps, xn_, ld_d_, nullptr, ld_d_, stream_);
-            output_rows(1, s.logits, ld_v_);
-        }
-        sync("prefill");
-        s.advance(m);
-    }
-    s.has_logits = true;
-}
-
-OpTimes GpuBackend::profile_decode(std::span<engine::Sequence* const> seqs, std::span<const int32_t> tokens) {
-    return profile([&] { decode_batch(seqs, tokens); });
-}
-
-OpTimes GpuBackend::profile_prefill(engine::Sequence& seq, std::span<const int32_t> tokens) {
-    return profile([&] { eval(seq, tokens); });
-}
-
-OpTimes GpuBackend::profile(const std::function<void()>& work) {
+OpTimes GpuBackend::profile_step(const engine::StepPlan& plan, engine::StepOutput& out) {
     for (auto& e : events_) (void)gpuEventDestroy(e.second);
     events_.clear();
     profiling_ = true;
     try {
         tick("start");
-        work();
+        step(plan, out);
         tick("end");
     } catch (...) {
         profiling_ = false;
         throw;
     }
     profiling_ = false;
-    OpTimes out;
+    OpTimes times;
     for (size_t i = 1; i < events_.size(); ++i) {
         float ms = 0;
         LOOM_GPU_CHECK(gpuEventElapsedTime(&ms, events_[i - 1].second, events_[i].second));
-        auto it = std::find_if(out.ms.begin(), out.ms.end(), [&](const auto& p) { return p.first == events_[i].first; });
-        if (it == out.ms.end()) out.ms.emplace_back(events_[i].first, ms);
+        auto it = std::find_if(times.ms.begin(), times.ms.end(),
+                               [&](const auto& p) { return p.first == events_[i].first; });
+        if (it == times.ms.end()) times.ms.emplace_back(events_[i].first, ms);
         else it->second += ms;
     }
-    return out;
-}
-
-engine::SampleResult GpuBackend::sample(engine::Sequence& sq, const engine::SamplingParams& params,
-                                        const engine::TokenHistory& history, double u) {
-    auto& s = static_cast<GpuSequence&>(sq);
-    if (!s.has_logits) throw std::logic_error("sample() before eval()");
-    return sampler_->sample(s.logits, params, history, u);
+    return times;
 }
 
 std::unique_ptr<engine::Backend> make_gpu_backend(const std::string& path, const GpuOptions& opts) {

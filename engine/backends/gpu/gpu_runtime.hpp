@@ -144,36 +144,6 @@ inline void check(gpuError_t e, const char* what, const char* file, int line) {
 /// Checks the last launch error (a bad configuration shows here; faults show at the next sync).
 #define LOOM_GPU_CHECK_LAUNCH() ::loom::gpu::check(gpuGetLastError(), "kernel launch", __FILE__, __LINE__)
 
-/// LOOM_LAUNCH, or with pdl set (CUDA) a programmatic dependent launch: the kernel may start
-/// before the previous one on the stream ends, and must call pdl_wait() before it reads that
-/// kernel's results or writes anything it reads.
-#if defined(LOOM_GPU_CUDA) && defined(__CUDACC__)
-#define LOOM_LAUNCH_PDL(pdl, k, grid, block, smem, strm, ...)                                    \
-    do {                                                                                         \
-        if (pdl) {                                                                               \
-            cudaLaunchConfig_t cfg_ = {};                                                        \
-            cfg_.gridDim = dim3(grid);                                                           \
-            cfg_.blockDim = dim3(block);                                                         \
-            cfg_.dynamicSmemBytes = (smem);                                                      \
-            cfg_.stream = (strm);                                                                \
-            cudaLaunchAttribute at_[1];                                                          \
-            at_[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;                      \
-            at_[0].val.programmaticStreamSerializationAllowed = 1;                               \
-            cfg_.attrs = at_;                                                                    \
-            cfg_.numAttrs = 1;                                                                   \
-            LOOM_GPU_CHECK(cudaLaunchKernelEx(&cfg_, k, __VA_ARGS__));                           \
-        } else {                                                                                 \
-            LOOM_LAUNCH(k, grid, block, smem, strm, __VA_ARGS__);                                \
-        }                                                                                        \
-    } while (0)
-#else
-#define LOOM_LAUNCH_PDL(pdl, k, grid, block, smem, strm, ...) \
-    do {                                                      \
-        (void)(pdl);                                          \
-        LOOM_LAUNCH(k, grid, block, smem, strm, __VA_ARGS__); \
-    } while (0)
-#endif
-
 // ---- device helpers (kernel sources only) -----------------------------------------------
 #if defined(LOOM_GPU_EMU) || defined(__CUDACC__) || defined(__HIPCC__)
 
@@ -272,21 +242,6 @@ LOOM_DEV float warp_max(float v) {
 
 /// 16-byte load (p must be 16-byte aligned).
 LOOM_DEV uint4 ld16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
-
-/// Programmatic dependent launch (CUDA, sm_90): pdl_wait() blocks until the grids this one
-/// depends on have finished and their writes are visible (a no-op for a plain launch);
-/// pdl_trigger() lets the next grid, when launched as a dependent, start before this one ends.
-/// Both are no-ops on HIP and the emulator.
-LOOM_DEV void pdl_wait() {
-#if defined(LOOM_GPU_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-LOOM_DEV void pdl_trigger() {
-#if defined(LOOM_GPU_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
 
 }  // namespace loom::gpu
 

@@ -1,22 +1,24 @@
-// DeviceSampler: turns SamplingParams and the token history into a SampleCfg and a list of
-// per-id logit changes, runs the device sampler (k_sample.cu) and reads back only the token, its
-// logprob and the top pairs. Semantics: engine/sampler.hpp.
+// SlotSampler: a slot's SamplingParams become a SampleCfg and dense device rows (allowed ids,
+// logit bias, penalty state) once, when the slot opens; each step then samples all its rows in
+// one batched launch (k_sample.cu). Semantics: engine/sampler.hpp.
+#include "engine/backends/gpu/gpu_sample.hpp"
+
 #include <algorithm>
-#include <cstring>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
 
-#include "engine/backends/gpu/gpu_sample.hpp"
-
 namespace loom::gpu {
 
-void build_sample_cfg(const engine::SamplingParams& p, const engine::TokenHistory& history, double u, int n_vocab,
-                      SampleCfg& c, std::vector<SampleMod>& out_mods) {
-    c = SampleCfg{};
+SampleCfg build_sample_cfg(const engine::SamplingParams& p, int n_vocab) {
+    SampleCfg c;
     c.n_vocab = n_vocab;
     c.has_allowed = p.allowed.empty() ? 0 : 1;
     c.n_cand = c.has_allowed ? static_cast<int32_t>(p.allowed.size()) : n_vocab;
+    c.has_bias = p.logit_bias.empty() ? 0 : 1;
+    c.penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
     c.temperature = p.temperature;
     c.greedy = p.temperature <= 0.0f ? 1 : 0;
     c.top_k = p.top_k;
@@ -32,96 +34,136 @@ void build_sample_cfg(const engine::SamplingParams& p, const engine::TokenHistor
     c.rep_penalty = p.repetition_penalty;
     c.presence = p.presence_penalty;
     c.frequency = p.frequency_penalty;
-    c.u = u;
-
-    std::map<int32_t, SampleMod> mods;
-    const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-    if (!p.logit_bias.empty() || penalties) {
-        auto mod = [&](int32_t id) -> SampleMod& {
-            SampleMod& m = mods[id];
-            m.id = id;
-            return m;
-        };
-        for (const auto& [id, b] : p.logit_bias) {
-            if (id < 0 || id >= n_vocab) continue;
-            SampleMod& m = mod(id);
-            if (m.nbias < 4) m.bias[m.nbias++] = b;
-            else m.bias[3] += b;
-        }
-        if (p.repetition_penalty != 1.0f)
-            for (const auto* list : {&history.prompt, &history.output})
-                for (int32_t id : *list)
-                    if (id >= 0 && id < n_vocab) mod(id).rep = 1;
-        if (penalties)
-            for (const auto& [id, count] : history.output_counts)
-                if (id >= 0 && id < n_vocab) mod(id).count = count;
-    }
-    out_mods.clear();
-    for (const auto& [id, m] : mods) out_mods.push_back(m);
-    c.n_mods = static_cast<int32_t>(out_mods.size());
+    return c;
 }
 
-DeviceSampler::DeviceSampler(int n_vocab, gpuStream_t s) : n_vocab_(n_vocab), stream_(s) {
-    LOOM_GPU_CHECK(gpuMalloc(&scratch_, sample_scratch_bytes(n_vocab)));
+namespace {
+
+template <class T>
+T* device_array(size_t n) {
     void* p = nullptr;
-    LOOM_GPU_CHECK(gpuMalloc(&p, sizeof(SampleOut)));
-    out_dev_ = static_cast<SampleOut*>(p);
-    LOOM_GPU_CHECK(gpuMallocHost(&p, sizeof(SampleOut)));
-    out_host_ = static_cast<SampleOut*>(p);
-    LOOM_GPU_CHECK(gpuMalloc(&p, sizeof(int32_t) * static_cast<size_t>(n_vocab)));
-    allowed_dev_ = static_cast<int32_t*>(p);
+    LOOM_GPU_CHECK(gpuMalloc(&p, sizeof(T) * std::max<size_t>(n, 1)));
+    return static_cast<T*>(p);
 }
 
-DeviceSampler::~DeviceSampler() {
+}  // namespace
+
+SlotSampler::SlotSampler(int n_vocab, int max_slots, gpuStream_t s)
+    : n_vocab_(n_vocab), max_slots_(max_slots), stream_(s), slots_(static_cast<size_t>(max_slots)) {
+    const auto cells = static_cast<size_t>(n_vocab) * static_cast<size_t>(max_slots);
+    cfgs_ = device_array<SampleCfg>(static_cast<size_t>(max_slots));
+    allowed_ = device_array<int32_t>(cells);
+    bias_ = device_array<float>(cells);
+    pen_ = device_array<uint32_t>(cells);
+    scratch_ = device_array<uint8_t>(sample_scratch_bytes(n_vocab, max_slots));
+}
+
+SlotSampler::~SlotSampler() {
+    for (auto& s : slots_)
+        if (s.multi) (void)gpuFree(s.multi);
+    (void)gpuFree(cfgs_);
+    (void)gpuFree(allowed_);
+    (void)gpuFree(bias_);
+    (void)gpuFree(pen_);
     (void)gpuFree(scratch_);
-    (void)gpuFree(out_dev_);
-    (void)gpuFreeHost(out_host_);
-    (void)gpuFree(allowed_dev_);
-    if (mods_dev_) (void)gpuFree(mods_dev_);
-    if (upload_host_) (void)gpuFreeHost(upload_host_);
 }
 
-engine::SampleResult DeviceSampler::sample(const float* logits, const engine::SamplingParams& p,
-                                           const engine::TokenHistory& history, double u) {
-    SampleCfg c;
-    build_sample_cfg(p, history, u, n_vocab_, c, mods_);
-    // Upload the variable parts (mods, allowed ids) through one pinned buffer.
-    const size_t mod_bytes = sizeof(SampleMod) * mods_.size();
-    const size_t allowed_bytes = sizeof(int32_t) * p.allowed.size();
-    if (mod_bytes + allowed_bytes > upload_cap_) {
-        if (upload_host_) (void)gpuFreeHost(upload_host_);
-        upload_host_ = nullptr;
-        upload_cap_ = std::max(mod_bytes + allowed_bytes, upload_cap_ * 2);
-        LOOM_GPU_CHECK(gpuMallocHost(&upload_host_, upload_cap_));
+void SlotSampler::open(int slot, const engine::SamplingParams& p, std::span<const int32_t> prompt,
+                       std::span<const int32_t> output) {
+    if (slot < 0 || slot >= max_slots_)
+        throw std::invalid_argument("slot " + std::to_string(slot) + " outside 0.." + std::to_string(max_slots_ - 1));
+    if (slots_[static_cast<size_t>(slot)].open) throw std::invalid_argument("slot " + std::to_string(slot) + " is open");
+    auto check = [&](int32_t id, const char* what) {
+        if (id < 0 || id >= n_vocab_)
+            throw std::invalid_argument(std::string(what) + " token id " + std::to_string(id) + " outside 0.." +
+                                        std::to_string(n_vocab_ - 1));
+    };
+    for (int32_t id : p.allowed) check(id, "allowed");
+    for (size_t i = 1; i < p.allowed.size(); ++i)
+        if (p.allowed[i] <= p.allowed[i - 1]) throw std::invalid_argument("allowed ids are not sorted and unique");
+    for (const auto& [id, b] : p.logit_bias) check(id, "logit_bias");
+    for (int32_t id : prompt) check(id, "prompt");
+    for (int32_t id : output) check(id, "output");
+
+    Slot st;
+    st.cfg = build_sample_cfg(p, n_vocab_);
+    st.n_logprobs = p.n_logprobs;
+    const auto off = static_cast<size_t>(slot) * static_cast<size_t>(n_vocab_);
+    const size_t row = static_cast<size_t>(n_vocab_);
+    if (st.cfg.has_allowed) {
+        st.cfg.allowed = allowed_ + off;
+        LOOM_GPU_CHECK(gpuMemcpyAsync(allowed_ + off, p.allowed.data(), sizeof(int32_t) * p.allowed.size(),
+                                      gpuMemcpyHostToDevice, stream_));
     }
-    if (mods_.size() > mods_cap_) {
-        if (mods_dev_) (void)gpuFree(mods_dev_);
-        mods_dev_ = nullptr;
-        mods_cap_ = std::max(mods_.size(), mods_cap_ * 2);
-        void* m = nullptr;
-        LOOM_GPU_CHECK(gpuMalloc(&m, sizeof(SampleMod) * mods_cap_));
-        mods_dev_ = static_cast<SampleMod*>(m);
+    std::vector<BiasEntry> multi;
+    if (st.cfg.has_bias) {
+        // Ids named once get their bias in the dense row; ids named more than once (or with a NaN
+        // bias) are marked NaN there and keep all their entries, in order, in the multi list.
+        std::map<int32_t, int> count;
+        for (const auto& [id, b] : p.logit_bias) count[id] += std::isnan(b) ? 2 : 1;
+        bias_row_.assign(row, 0.0f);
+        for (const auto& [id, b] : p.logit_bias) {
+            if (count[id] == 1) {
+                bias_row_[static_cast<size_t>(id)] = b;
+            } else {
+                bias_row_[static_cast<size_t>(id)] = std::numeric_limits<float>::quiet_NaN();
+                multi.push_back(BiasEntry{id, b});
+            }
+        }
+        st.cfg.bias = bias_ + off;
+        LOOM_GPU_CHECK(gpuMemcpyAsync(bias_ + off, bias_row_.data(), sizeof(float) * row, gpuMemcpyHostToDevice,
+                                      stream_));
+        if (!multi.empty()) {
+            st.multi = device_array<BiasEntry>(multi.size());
+            st.cfg.multi = st.multi;
+            st.cfg.n_multi = static_cast<int32_t>(multi.size());
+            LOOM_GPU_CHECK(gpuMemcpyAsync(st.multi, multi.data(), sizeof(BiasEntry) * multi.size(),
+                                          gpuMemcpyHostToDevice, stream_));
+        }
     }
-    auto* up = static_cast<uint8_t*>(upload_host_);
-    if (mod_bytes) {
-        std::memcpy(up, mods_.data(), mod_bytes);
-        LOOM_GPU_CHECK(gpuMemcpyAsync(mods_dev_, up, mod_bytes, gpuMemcpyHostToDevice, stream_));
+    if (st.cfg.penalties) {
+        pen_row_.assign(row, 0u);
+        for (int32_t id : prompt) pen_row_[static_cast<size_t>(id)] |= kSeenBit;
+        for (int32_t id : output) {
+            uint32_t& w = pen_row_[static_cast<size_t>(id)];
+            w = ((w & ~kSeenBit) + 1u) | kSeenBit;
+        }
+        st.cfg.pen = pen_ + off;
+        LOOM_GPU_CHECK(gpuMemcpyAsync(pen_ + off, pen_row_.data(), sizeof(uint32_t) * row, gpuMemcpyHostToDevice,
+                                      stream_));
     }
-    if (allowed_bytes) {
-        std::memcpy(up + mod_bytes, p.allowed.data(), allowed_bytes);
-        LOOM_GPU_CHECK(gpuMemcpyAsync(allowed_dev_, up + mod_bytes, allowed_bytes, gpuMemcpyHostToDevice, stream_));
-    }
-    loom::gpu::sample(logits, c, mods_dev_, allowed_dev_, scratch_, out_dev_, stream_);
-    LOOM_GPU_CHECK(gpuMemcpyAsync(out_host_, out_dev_, sizeof(SampleOut), gpuMemcpyDeviceToHost, stream_));
+    LOOM_GPU_CHECK(gpuMemcpyAsync(cfgs_ + slot, &st.cfg, sizeof(SampleCfg), gpuMemcpyHostToDevice, stream_));
+    // The host rows and st.cfg are sources of the copies: wait for them.
     const gpuError_t e = gpuStreamSynchronize(stream_);
-    if (e != gpuSuccess) throw GpuError(std::string("sampling: ") + gpuGetErrorString(e));
-    const SampleOut& o = *out_host_;
-    if (o.nan) throw std::runtime_error("the model produced NaN logits");
+    if (e != gpuSuccess) {
+        if (st.multi) (void)gpuFree(st.multi);
+        throw GpuError(std::string("open_slot: ") + gpuGetErrorString(e));
+    }
+    st.open = true;
+    slots_[static_cast<size_t>(slot)] = st;
+}
+
+void SlotSampler::close(int slot) {
+    if (!is_open(slot)) return;
+    Slot& st = slots_[static_cast<size_t>(slot)];
+    if (st.multi) {
+        (void)gpuStreamSynchronize(stream_);  // no launch may still read it
+        (void)gpuFree(st.multi);
+    }
+    st = Slot{};
+}
+
+void SlotSampler::sample(const float* logits, int64_t ld, const SampleRow* rows, int n, int nblk, SampleOut* out) {
+    sample_rows(logits, ld, n_vocab_, cfgs_, rows, n, nblk, scratch_, out, stream_);
+}
+
+engine::SampleResult SlotSampler::result(int slot, const SampleOut& o) const {
+    const Slot& st = slots_[static_cast<size_t>(slot)];
     engine::SampleResult r;
     r.token = o.token;
-    if (p.n_logprobs >= 0) {
+    if (st.n_logprobs >= 0) {
         r.logprob = o.logprob;
-        const int k_lp = std::min(std::min(p.n_logprobs, kMaxTop), c.n_cand);
+        const int k_lp = std::min(std::min(st.n_logprobs, kMaxTop), st.cfg.n_cand);
         for (int j = 0; j < o.n_top && j < k_lp; ++j) r.top.emplace_back(o.top_id[j], o.top_lp[j]);
     }
     return r;

@@ -1,5 +1,5 @@
-// Device helpers shared by the layer kernels (k_layers.cu, k_prefill.cu): KV-cache addressing
-// (a sequence's cache is [layer][K, V][capacity][kv_dim] in F16 or F32) and block reductions.
+// Device helpers shared by the layer kernels (k_layers.cu, k_prefill.cu): paged KV addressing
+// (engine/kv_layout.hpp through a row's block table, F16 or F32 elements) and block reductions.
 #pragma once
 
 #include <cmath>
@@ -18,9 +18,10 @@ LOOM_DEV void kv_store(void* base, int64_t i, float v, bool f16) {
     if (f16) static_cast<uint16_t*>(base)[i] = f2h(v);
     else static_cast<float*>(base)[i] = v;
 }
-// Element offset of (layer, K or V, pos) in a sequence's cache.
-LOOM_DEV int64_t kv_off(int layer, int which, int cap, int pos, int64_t kv_dim) {
-    return ((static_cast<int64_t>(layer) * 2 + which) * cap + pos) * kv_dim;
+// Element offset of the K (v = 0) or V (v = 1) row of position `pos` in `layer`, for the
+// sequence whose block table starts at kv.tables[table].
+LOOM_DEV int64_t kv_off(const PagedKv& kv, int layer, int32_t table, int pos, int v) {
+    return kv.layout.offset_at(layer, kv.tables + table, pos, v);
 }
 
 // Sum over the block (blockDim.x a multiple of the warp) in double; every thread gets it.

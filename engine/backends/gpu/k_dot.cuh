@@ -1,6 +1,6 @@
 // Per-type chunk loads, in-register dequantization and dot products of device weight rows (F32,
-// F16, BF16, Q8_0, Q4_K, Q6_K), shared by the matvec kernels (k_matvec.cu, k_mv1.cu) and the
-// row dequantizers (k_matvec.cu).
+// F16, BF16, Q8_0, Q4_K, Q6_K), shared by the matvec kernel and the row dequantizers
+// (k_matvec.cu).
 //
 // Block layouts follow ggml-common.h as the GGUF format stores them (model/quant/quant_blocks.hpp
 // documents each); the device layouts are those of DevMatrix (kernels.hpp). A row is read in
@@ -34,7 +34,8 @@ LOOM_DEV float byte_minus(uint32_t w, int e, float off) {
 ///  - Raw, the chunk's loaded bytes; count(cols), chunks per row; run_start(c, run), the row
 ///    element at which run `run` of chunk c starts;
 ///  - load(row, c, cols, raw): reads chunk c of a device row; decode(raw, c, v): its kElems
-///    values into v (run after run); quantized types also dot(raw, c, xv, sx): sum of w_i xv_i.
+///    values into v (run after run); Q8_0 and Q6_K also dot(raw, c, xv, sx): sum of w_i xv_i
+///    (Q4_K's is q4_dot1 below).
 template <uint32_t T>
 struct Chunk;
 
@@ -108,7 +109,7 @@ struct Chunk<kF32> : PlainChunk {
 };
 
 /// The quantized types: 32 elements per chunk (a Q8_0 block, or an eighth of a K-quant block)
-/// in Runs runs; dot() takes the place of decode-then-multiply.
+/// in Runs runs; a dot product takes the place of decode-then-multiply.
 template <int Runs>
 struct QuantChunk {
     static constexpr int kElems = 32, kRuns = Runs, kRunLen = 32 / Runs;
@@ -196,24 +197,7 @@ struct Chunk<kQ4_K> : QuantChunk<2> {
         scale_min(r.h, sb + 1, k.s1, k.m1);
         return k;
     }
-    static constexpr bool kSums = true;
-    // d0 * sum q_i x_i - n0 * sum x_i per run (sx holds the runs' sums of x).
-    static LOOM_DEV float dot(const Raw& r, int c, const float* xv, const float* sx) {
-        const Scales k = scales(r, c);
-        const uint32_t w[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
-        float a0 = 0.0f, a1 = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const uint32_t lo = w[i] & 0x0F0F0F0Fu, hi = (w[i] >> 4) & 0x0F0F0F0Fu;
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                a0 += byte_as_float(lo, e) * xv[4 * i + e];
-                a1 += byte_as_float(hi, e) * xv[16 + 4 * i + e];
-            }
-        }
-        return k.d * static_cast<float>(k.s0) * a0 - k.dmin * static_cast<float>(k.m0) * sx[0] +
-               k.d * static_cast<float>(k.s1) * a1 - k.dmin * static_cast<float>(k.m1) * sx[1];
-    }
+    static constexpr bool kSums = true;  // q4_dot1 needs the runs' sums of x
     static LOOM_DEV void decode(const Raw& r, int c, float* v) {
         const Scales k = scales(r, c);
         const float d0 = k.d * static_cast<float>(k.s0), n0 = k.dmin * static_cast<float>(k.m0);
@@ -348,25 +332,18 @@ LOOM_DEV void load_x(const float* __restrict__ x, int c, int cols, float* xv, co
     }
 }
 
-/// Decode-then-multiply of a plain-type chunk c: sum of w_i xv_i over its kElems elements, the
-/// weights past cols zeroed first when kMask (mv1_kernel, whose staged xv is zero past cols,
-/// does without).
-template <class C, bool kMask>
-LOOM_DEV float plain_dot(const typename C::Raw& raw, int c, int cols, const float* xv) {
-    float w[C::kElems];
-    C::decode(raw, c, w);
-    if constexpr (kMask) mask_tail<C>(c, cols, w);
-    float sdot = 0.0f;
-#pragma unroll
-    for (int i = 0; i < C::kElems; ++i) sdot += w[i] * xv[i];
-    return sdot;
-}
-
-// Row contribution of chunk c: the quantized types' dot(), or decode-then-multiply.
+// Row contribution of chunk c: Q8_0's and Q6_K's dot(), or for the plain types
+// decode-then-multiply with the weights past cols zeroed.
 template <class C>
 LOOM_DEV float chunk_dot(const typename C::Raw& raw, int c, int cols, const float* xv, const float* sx) {
     if constexpr (C::kPlain) {
-        return plain_dot<C, true>(raw, c, cols, xv);
+        float w[C::kElems];
+        C::decode(raw, c, w);
+        mask_tail<C>(c, cols, w);
+        float sdot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < C::kElems; ++i) sdot += w[i] * xv[i];
+        return sdot;
     } else {
         return C::dot(raw, c, xv, sx);
     }
@@ -407,14 +384,14 @@ LOOM_DEV Q4Sel q4_sel(int p) {
     return s;
 }
 
-// Q4_K chunk dot product (both matvec kernels). xv are the chunk's activations times 2^64, sx
+// Q4_K chunk dot product (the matvec kernel). xv are the chunk's activations times 2^64, sx
 // the runs' sums (unscaled). Each nibble is masked in place and used as the bits of a float: a
 // denormal q * 2^(k - 149) for a nibble at bit k (k = 0, 4, 8, 12 of the word or of its upper
-// half), which is exact, so each product is q * x times a power of two, rounded once, as in
-// Chunk<kQ4_K>::dot; four accumulators keep one k each and are combined with exact power-of-two
-// factors. One LOP3 and one FFMA per weight, against a PRMT, an FADD and an FFMA there. The 2^64
-// keeps the products normal floats for |x| >= 2^-41 (smaller activations contribute below 1e-11
-// each and lose bits gradually) and cannot overflow for |x| < 2^63. Needs denormals kept
+// half), which is exact, so each product is q * x times a power of two, rounded once; four
+// accumulators keep one k each and are combined with exact power-of-two factors. One LOP3 and
+// one FFMA per weight (a magic-number float conversion takes a PRMT, an FADD and an FFMA). The
+// 2^64 keeps the products normal floats for |x| >= 2^-41 (smaller activations contribute below
+// 1e-11 each and lose bits gradually) and cannot overflow for |x| < 2^63. Needs denormals kept
 // (no -ftz / fast math).
 LOOM_DEV float q4_dot1(const Chunk<kQ4_K>::Raw& r, const float* xv, const float* sx, const Q4Sel& sel) {
     const uint32_t w4[4] = {r.q.x, r.q.y, r.q.z, r.q.w};

@@ -1,5 +1,5 @@
-// Layer kernels of the GPU backend: RMSNorm, SwiGLU, RoPE with the KV-cache store and decode
-// attention (prefill attention and loom's own GEMM are in k_prefill.cu).
+// Layer kernels of the GPU backend: RMSNorm, SwiGLU, RoPE with the paged KV store and decode
+// attention over the paged cache (prefill attention and loom's own GEMM are in k_prefill.cu).
 //
 // Sources: RMSNorm (Zhang & Sennrich 2019), RoPE (Su et al. 2021; "normal" adjacent pairs for
 // llama, NEOX halves for qwen2/qwen3), SwiGLU (Shazeer 2020), online softmax and tiling
@@ -15,10 +15,11 @@ namespace {
 
 // One block of 1024 threads per row; up to 8 elements per thread stay in registers, so the
 // loads are all issued before the reduction (rows longer than 8192 loop).
-__global__ void __launch_bounds__(1024) rmsnorm_kernel(const float* x, int64_t ldx, const float* w, int n, float eps,
-                                                       float* y, int64_t ldy, uint16_t* yh, int64_t ldyh) {
+__global__ void __launch_bounds__(1024) rmsnorm_kernel(const float* x, int64_t ldx, const int32_t* idx, const float* w,
+                                                       int n, float eps, float* y, int64_t ldy, uint16_t* yh,
+                                                       int64_t ldyh) {
     __shared__ double sh[32];
-    const float* xr = x + blockIdx.x * ldx;
+    const float* xr = x + (idx ? idx[blockIdx.x] : static_cast<int32_t>(blockIdx.x)) * ldx;
     const int t = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
     float v[8];
 #pragma unroll
@@ -64,16 +65,8 @@ __global__ void to_f16_kernel(const float* x, int64_t ldx, int n, uint16_t* y, i
         y[blockIdx.y * ldy + i] = f2h(x[blockIdx.y * ldx + i]);
 }
 
-__global__ void scatter_logits_kernel(const float* logits, int64_t ld, int n, const SlotDesc* slots) {
-    float* dst = slots[blockIdx.y].logits;
-    const float* src = logits + blockIdx.y * ld;
-    for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
-         i += static_cast<int>(gridDim.x * blockDim.x))
-        dst[i] = src[i];
-}
-
 // One warp per (row, head item): items are the q heads, then the k heads, then the v heads.
-__global__ void rope_store_kernel(float* qkv, int64_t ld, AttnShape sh, int layer, const SlotDesc* slots, int per_row,
+__global__ void rope_store_kernel(float* qkv, int64_t ld, AttnShape sh, int layer, const RowDesc* rd, PagedKv kv,
                                   const float* rope_cs, const float* bq, const float* bk, const float* bv,
                                   const float* q_norm, const float* k_norm) {
     __shared__ float buf[256];
@@ -81,8 +74,8 @@ __global__ void rope_store_kernel(float* qkv, int64_t ld, AttnShape sh, int laye
     const int lane = static_cast<int>(threadIdx.x);
     const int hd = sh.head_dim, nh = sh.n_head, nkv = sh.n_head_kv;
     const int64_t nq = int64_t{nh} * hd, kvd = sh.kv_dim();
-    const SlotDesc& slot = per_row ? slots[row] : slots[0];
-    const int pos = per_row ? slot.pos : slot.pos + row;
+    const RowDesc r = rd[row];
+    const int pos = r.pos;
     int kind, head;  // 0 q, 1 k, 2 v
     if (item < nh) kind = 0, head = item;
     else if (item < nh + nkv) kind = 1, head = item - nh;
@@ -114,8 +107,8 @@ __global__ void rope_store_kernel(float* qkv, int64_t ld, AttnShape sh, int laye
     if (kind == 0) {
         for (int i = lane; i < hd; i += kWarp) src[i] = buf[i];
     } else {
-        const int64_t off = kv_off(layer, kind - 1, slot.cap, pos, kvd) + int64_t{head} * hd;
-        for (int i = lane; i < hd; i += kWarp) kv_store(slot.kv, off + i, buf[i], sh.kv_f16);
+        const int64_t off = kv_off(kv, layer, r.table, pos, kind - 1) + int64_t{head} * hd;
+        for (int i = lane; i < hd; i += kWarp) kv_store(kv.pool, off + i, buf[i], kv.f16);
     }
 }
 
@@ -162,10 +155,9 @@ LOOM_DEV void softmax_stats(float* scores, int stride, int G, int span, float* s
 }
 
 // Decode attention, one split of 128 positions for up to 16 query heads of one KV head.
-__global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int64_t q_ld, const SlotDesc* slots,
-                                                             int layer, AttnShape sh, int splits, float* part) {
-    pdl_trigger();
-    pdl_wait();
+__global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int64_t q_ld, const RowDesc* rd,
+                                                             int layer, AttnShape sh, PagedKv kv, int splits,
+                                                             float* part) {
     __shared__ float qs[kMaxG * 256];
     __shared__ float P[kMaxG][kAttnT];
     const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
@@ -173,8 +165,8 @@ __global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int6
     const int kvh = static_cast<int>(blockIdx.x) / hgroups, hg = static_cast<int>(blockIdx.x) % hgroups;
     const int G = min(kMaxG, group - hg * kMaxG);
     const int split = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
-    const SlotDesc& slot = slots[b];
-    const int n_kv = slot.pos + 1;
+    const RowDesc r = rd[b];
+    const int n_kv = r.pos + 1;
     const int p0 = split * kAttnT;
     if (p0 >= n_kv) return;
     const int h0 = kvh * group + hg * kMaxG;
@@ -182,18 +174,18 @@ __global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int6
     for (int i = t; i < G * hd; i += kAttnT) qs[i] = q[b * q_ld + int64_t{h0 + i / hd} * hd + i % hd];
     __syncthreads();
 
-    const int64_t kvd = sh.kv_dim();
-    const int64_t kbase = kv_off(layer, 0, slot.cap, 0, kvd) + int64_t{kvh} * hd;
-    const int64_t vbase = kv_off(layer, 1, slot.cap, 0, kvd) + int64_t{kvh} * hd;
+    const int64_t head_off = int64_t{kvh} * hd;
     const int p = p0 + t;
+    __shared__ int64_t s_voff[kAttnT];  // V row offsets of the split's positions
     {
         float sc[kMaxG];
 #pragma unroll
         for (int g = 0; g < kMaxG; ++g) sc[g] = 0.0f;
         if (p < n_kv) {
-            const int64_t kr = kbase + int64_t{p} * kvd;
-            if (sh.kv_f16 && hd % 8 == 0) {
-                const uint16_t* kp = static_cast<const uint16_t*>(slot.kv) + kr;
+            const int64_t kr = kv_off(kv, layer, r.table, p, 0) + head_off;
+            s_voff[t] = kr + kv.layout.half_elems();
+            if (kv.f16 && hd % 8 == 0) {
+                const uint16_t* kp = static_cast<const uint16_t*>(kv.pool) + kr;
                 for (int d = 0; d < hd; d += 8) {
                     float kf[8];
                     load8(kp + d, kf);
@@ -209,7 +201,7 @@ __global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int6
                 }
             } else {
                 for (int d = 0; d < hd; ++d) {
-                    const float kf = kv_load(slot.kv, kr + d, sh.kv_f16);
+                    const float kf = kv_load(kv.pool, kr + d, kv.f16);
 #pragma unroll
                     for (int g = 0; g < kMaxG; ++g)
                         if (g < G) sc[g] += qs[g * hd + d] * kf;
@@ -240,7 +232,7 @@ __global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int6
         if (sub < nsub && d < hd) {
 #pragma unroll 8
             for (int i = sub; i < n_here; i += nsub) {
-                const float v = kv_load(slot.kv, vbase + int64_t{p0 + i} * kvd + d, sh.kv_f16);
+                const float v = kv_load(kv.pool, s_voff[i] + d, kv.f16);
 #pragma unroll
                 for (int g = 0; g < kMaxG; ++g)
                     if (g < G) acc[g] += P[g][i] * v;
@@ -271,18 +263,18 @@ constexpr int kFastSpan = 64;  // positions per split of the vectorized decode k
 // of V each thread takes 8 dims of every (128 / (head_dim / 8))-th position, so that every
 // load is 16 or 32 bytes wide and several are in flight.
 template <class KVT, int GMAX>
-__global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64_t q_ld, const SlotDesc* slots,
-                                                            int layer, AttnShape sh, int splits, float* part) {
-    pdl_trigger();
-    pdl_wait();
+__global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64_t q_ld, const RowDesc* rd,
+                                                            int layer, AttnShape sh, PagedKv kv, int splits,
+                                                            float* part) {
     __shared__ float qs[GMAX * 256];
     __shared__ float S[GMAX][kFastSpan];
     __shared__ float red[GMAX * 1024];
     __shared__ float stat_m[GMAX], stat_l[GMAX];
+    __shared__ int64_t s_voff[kFastSpan];  // V row offsets of the split's positions
     const int hd = sh.head_dim, G = sh.n_head / sh.n_head_kv;
     const int kvh = static_cast<int>(blockIdx.x), split = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
-    const SlotDesc& slot = slots[b];
-    const int n_kv = slot.pos + 1;
+    const RowDesc r = rd[b];
+    const int n_kv = r.pos + 1;
     const int p0 = split * kFastSpan;
     if (p0 >= n_kv) return;
     const int h0 = kvh * G;
@@ -290,10 +282,7 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
     for (int i = t; i < G * hd; i += kAttnT) qs[i] = q[b * q_ld + int64_t{h0} * hd + i];
     __syncthreads();
 
-    const int64_t kvd = sh.kv_dim();
-    const KVT* kv = static_cast<const KVT*>(slot.kv);
-    const KVT* kbase = kv + kv_off(layer, 0, slot.cap, 0, kvd) + int64_t{kvh} * hd;
-    const KVT* vbase = kv + kv_off(layer, 1, slot.cap, 0, kvd) + int64_t{kvh} * hd;
+    const KVT* pool = static_cast<const KVT*>(kv.pool) + int64_t{kvh} * hd;
     {
         const int pi = t >> 1, half = t & 1, pos = p0 + pi;
         const int hh = hd / 2;
@@ -301,7 +290,9 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
 #pragma unroll
         for (int g = 0; g < GMAX; ++g) acc[g] = 0.0f;
         if (pos < n_kv) {
-            const KVT* kr = kbase + int64_t{pos} * kvd + half * hh;
+            const int64_t off = kv_off(kv, layer, r.table, pos, 0);
+            if (half == 0) s_voff[pi] = off + kv.layout.half_elems();
+            const KVT* kr = pool + off + half * hh;
 #pragma unroll 4
             for (int d = 0; d < hh; d += 8) {
                 float kf[8];
@@ -338,7 +329,7 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
 #pragma unroll 4
         for (int i = pg; i < n_here; i += npg) {
             float vf[8];
-            load8(vbase + int64_t{p0 + i} * kvd + dc * 8, vf);
+            load8(pool + s_voff[i] + dc * 8, vf);
 #pragma unroll
             for (int g = 0; g < GMAX; ++g)
                 if (g < G) {
@@ -364,14 +355,11 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
     }
 }
 
-__global__ void __launch_bounds__(kAttnT) attn_combine_kernel(const SlotDesc* slots, AttnShape sh, int splits,
-                                                               int span, const float* part, float* att,
-                                                               int64_t att_ld) {
-    pdl_trigger();
-    pdl_wait();
+__global__ void __launch_bounds__(kAttnT) attn_combine_kernel(const RowDesc* rd, AttnShape sh, int splits, int span,
+                                                               const float* part, float* att, int64_t att_ld) {
     const int h = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.y);
     const int hd = sh.head_dim;
-    const int n_kv = slots[b].pos + 1;
+    const int n_kv = rd[b].pos + 1;
     const int active = min(splits, (n_kv + span - 1) / span);
     const float* base = part + (int64_t{b} * sh.n_head + h) * splits * (hd + 2);
     float M = kNegInf;
@@ -393,12 +381,12 @@ unsigned blocks_for(int64_t n, int threads, unsigned cap = 1024) {
 
 }  // namespace
 
-void rmsnorm(const float* x, int64_t ldx, const float* w, int n, int rows, float eps, float* y, int64_t ldy,
-             uint16_t* yh, int64_t ldyh, gpuStream_t s) {
+void rmsnorm(const float* x, int64_t ldx, const int32_t* idx, const float* w, int n, int rows, float eps, float* y,
+             int64_t ldy, uint16_t* yh, int64_t ldyh, gpuStream_t s) {
     if (rows <= 0) return;
     auto k = rmsnorm_kernel;
     const int threads = n >= 1024 ? 1024 : (n + kWarp - 1) / kWarp * kWarp;
-    LOOM_LAUNCH(k, static_cast<unsigned>(rows), threads, 0, s, x, ldx, w, n, eps, y, ldy, yh, ldyh);
+    LOOM_LAUNCH(k, static_cast<unsigned>(rows), threads, 0, s, x, ldx, idx, w, n, eps, y, ldy, yh, ldyh);
     LOOM_GPU_CHECK_LAUNCH();
 }
 
@@ -417,21 +405,14 @@ void to_f16(const float* x, int64_t ldx, int n, int rows, uint16_t* y, int64_t l
     LOOM_GPU_CHECK_LAUNCH();
 }
 
-void scatter_logits(const float* logits, int64_t ld, int n_vocab, const SlotDesc* slots, int nb, gpuStream_t s) {
-    auto k = scatter_logits_kernel;
-    LOOM_LAUNCH(k, dim3(blocks_for(n_vocab, 256, 128), static_cast<unsigned>(nb)), 256, 0, s, logits, ld, n_vocab,
-                slots);
-    LOOM_GPU_CHECK_LAUNCH();
-}
-
-void rope_store(float* qkv, int64_t ld, int rows, const AttnShape& sh, int layer, const SlotDesc* slots, bool per_row,
-                const float* rope_cs, const float* bq, const float* bk, const float* bv, const float* q_norm,
-                const float* k_norm, gpuStream_t s) {
+void rope_store(float* qkv, int64_t ld, int rows, const AttnShape& sh, int layer, const RowDesc* rd,
+                const PagedKv& kv, const float* rope_cs, const float* bq, const float* bk, const float* bv,
+                const float* q_norm, const float* k_norm, gpuStream_t s) {
     if (rows <= 0) return;
     if (sh.head_dim > 256) throw GpuError("head_dim above 256");
     auto k = rope_store_kernel;
     const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(sh.n_head + 2 * sh.n_head_kv));
-    LOOM_LAUNCH(k, grid, kWarp, 0, s, qkv, ld, sh, layer, slots, per_row ? 1 : 0, rope_cs, bq, bk, bv, q_norm, k_norm);
+    LOOM_LAUNCH(k, grid, kWarp, 0, s, qkv, ld, sh, layer, rd, kv, rope_cs, bq, bk, bv, q_norm, k_norm);
     LOOM_GPU_CHECK_LAUNCH();
 }
 
@@ -440,18 +421,19 @@ int attn_decode_span(const AttnShape& sh) {
     return sh.head_dim % 16 == 0 && sh.head_dim <= 256 && group <= 8 ? kFastSpan : kAttnT;
 }
 
-void attn_decode(const float* q, int64_t q_ld, const SlotDesc* slots, int nb, int layer, const AttnShape& sh,
-                 int splits, float* part, float* att, int64_t att_ld, gpuStream_t s, bool pdl) {
+void attn_decode(const float* q, int64_t q_ld, const RowDesc* rd, int nq, int layer, const AttnShape& sh,
+                 const PagedKv& kv, int splits, float* part, float* att, int64_t att_ld, gpuStream_t s) {
+    if (nq <= 0) return;
     const int group = sh.n_head / sh.n_head_kv;
     const int span = attn_decode_span(sh);
     if (span == kFastSpan) {
-        const dim3 grid(static_cast<unsigned>(sh.n_head_kv), static_cast<unsigned>(splits), static_cast<unsigned>(nb));
+        const dim3 grid(static_cast<unsigned>(sh.n_head_kv), static_cast<unsigned>(splits), static_cast<unsigned>(nq));
         auto go = [&](auto k) {
-            LOOM_LAUNCH_PDL(pdl, k, grid, kAttnT, 0, s, q, q_ld, slots, layer, sh, splits, part);
+            LOOM_LAUNCH(k, grid, kAttnT, 0, s, q, q_ld, rd, layer, sh, kv, splits, part);
             LOOM_GPU_CHECK_LAUNCH();
         };
         const int gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
-        if (sh.kv_f16) {
+        if (kv.f16) {
             if (gm == 1) go(attn_fast_kernel<uint16_t, 1>);
             else if (gm == 2) go(attn_fast_kernel<uint16_t, 2>);
             else if (gm == 4) go(attn_fast_kernel<uint16_t, 4>);
@@ -465,15 +447,15 @@ void attn_decode(const float* q, int64_t q_ld, const SlotDesc* slots, int nb, in
     } else {
         const int hgroups = (group + kMaxG - 1) / kMaxG;
         auto k1 = attn_split_kernel;
-        LOOM_LAUNCH_PDL(pdl, k1,
-                        dim3(static_cast<unsigned>(sh.n_head_kv * hgroups), static_cast<unsigned>(splits),
-                             static_cast<unsigned>(nb)),
-                        kAttnT, 0, s, q, q_ld, slots, layer, sh, splits, part);
+        LOOM_LAUNCH(k1,
+                    dim3(static_cast<unsigned>(sh.n_head_kv * hgroups), static_cast<unsigned>(splits),
+                         static_cast<unsigned>(nq)),
+                    kAttnT, 0, s, q, q_ld, rd, layer, sh, kv, splits, part);
         LOOM_GPU_CHECK_LAUNCH();
     }
     auto k2 = attn_combine_kernel;
-    LOOM_LAUNCH_PDL(pdl, k2, dim3(static_cast<unsigned>(sh.n_head), static_cast<unsigned>(nb)), kAttnT, 0, s, slots,
-                    sh, splits, span, part, att, att_ld);
+    LOOM_LAUNCH(k2, dim3(static_cast<unsigned>(sh.n_head), static_cast<unsigned>(nq)), kAttnT, 0, s, rd, sh, splits,
+                span, part, att, att_ld);
     LOOM_GPU_CHECK_LAUNCH();
 }
 

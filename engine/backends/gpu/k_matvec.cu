@@ -1,7 +1,7 @@
 // Decode matrix-vector products over device weights (F32, F16, BF16, Q8_0, Q4_K, Q6_K) with the
 // batched kernel (up to 8 activation vectors, weights dequantized in registers), and the row
 // dequantizers (embedding rows, F16 rows for the GEMM path) built from the same chunk codecs
-// (k_dot.cuh). The opt-in single-vector kernel is in k_mv1.cu.
+// (k_dot.cuh).
 #include "engine/backends/gpu/k_dot.cuh"
 #include "engine/backends/gpu/k_matvec.cuh"
 
@@ -73,17 +73,15 @@ __global__ void __launch_bounds__(kMvThreads) matvec_kernel(MatvecArgs a) {
                 float xv[C::kElems], sx[C::kRuns];
                 load_x<C>(a.x + b * a.x_stride, c, a.cols, xv, a.norm_w, a.norm_w ? s_scale[b] : 1.0f);
                 if constexpr (C::kSums) run_sums<C>(xv, sx);
-                if constexpr (T == kQ4_K) {
-                    if (!a.q4_magic) {  // the denormal-nibble dot product (q4_dot1)
+                if constexpr (T == kQ4_K) {  // the denormal-nibble dot product (q4_dot1)
 #pragma unroll
-                        for (int i = 0; i < C::kElems; ++i) xv[i] *= 0x1p64f;  // exact
+                    for (int i = 0; i < C::kElems; ++i) xv[i] *= 0x1p64f;  // exact
 #pragma unroll
-                        for (int r = 0; r < R; ++r) acc[r][b] += q4_dot1(raw[r], xv, sx, q4s);
-                        continue;
-                    }
+                    for (int r = 0; r < R; ++r) acc[r][b] += q4_dot1(raw[r], xv, sx, q4s);
+                } else {
+#pragma unroll
+                    for (int r = 0; r < R; ++r) acc[r][b] += chunk_dot<C>(raw[r], c, a.cols, xv, sx);
                 }
-#pragma unroll
-                for (int r = 0; r < R; ++r) acc[r][b] += chunk_dot<C>(raw[r], c, a.cols, xv, sx);
             }
         }
     }
@@ -139,7 +137,8 @@ void launch_matvec(const MatvecArgs& a, gpuStream_t s) {
 
 template <uint32_t T>
 void matvec_nb(const MatvecArgs& a, gpuStream_t s) {
-    if (a.nb <= 1) launch_matvec<T, 1>(a, s);
+    if (a.fixed_tiling) launch_matvec<T, 8>(a, s);
+    else if (a.nb <= 1) launch_matvec<T, 1>(a, s);
     else if (a.nb <= 2) launch_matvec<T, 2>(a, s);
     else if (a.nb <= 4) launch_matvec<T, 4>(a, s);
     else launch_matvec<T, 8>(a, s);
@@ -147,13 +146,10 @@ void matvec_nb(const MatvecArgs& a, gpuStream_t s) {
 
 /// Row r of m (rows r0.. over gridDim.x, chunks over threads) dequantized to F16 or F32.
 template <uint32_t T, class Out>
-__global__ void __launch_bounds__(128) dequant_kernel(DevMatrix m, int64_t r0, const int32_t* tokens,
-                                                      const SlotDesc* slots, Out* dst, int64_t ld) {
+__global__ void __launch_bounds__(128) dequant_kernel(DevMatrix m, int64_t r0, const RowDesc* rows, Out* dst,
+                                                      int64_t ld) {
     using C = Chunk<T>;
-    pdl_trigger();
-    int64_t row = r0 + blockIdx.x;
-    if (slots) row = slots[blockIdx.x].token;
-    else if (tokens) row = tokens[blockIdx.x];
+    const int64_t row = rows ? int64_t{rows[blockIdx.x].token} : r0 + blockIdx.x;
     const uint8_t* src = m.data + static_cast<size_t>(row) * m.row_bytes;
     Out* out = dst + static_cast<int64_t>(blockIdx.x) * ld;
     const int cols = static_cast<int>(m.cols);
@@ -195,12 +191,12 @@ __global__ void __launch_bounds__(128) dequant_kernel(DevMatrix m, int64_t r0, c
 }
 
 template <class Out>
-void launch_dequant(const DevMatrix& m, int64_t r0, int64_t n, const int32_t* tokens, const SlotDesc* slots, Out* dst,
-                    int64_t ld, gpuStream_t s) {
+void launch_dequant(const DevMatrix& m, int64_t r0, int64_t n, const RowDesc* rows, Out* dst, int64_t ld,
+                    gpuStream_t s) {
     if (n <= 0) return;
     const dim3 grid(static_cast<unsigned>(n), 1);
     auto go = [&](auto k) {
-        LOOM_LAUNCH(k, grid, 128, 0, s, m, r0, tokens, slots, dst, ld);
+        LOOM_LAUNCH(k, grid, 128, 0, s, m, r0, rows, dst, ld);
         LOOM_GPU_CHECK_LAUNCH();
     };
     with_type(m.type, "dequant", [&](auto t) { go(dequant_kernel<decltype(t)::value, Out>); });
@@ -209,18 +205,15 @@ void launch_dequant(const DevMatrix& m, int64_t r0, int64_t n, const int32_t* to
 }  // namespace
 
 void matvec(const MatvecArgs& a, gpuStream_t s) {
-    if (a.pipelined && a.nb == 1 && matvec_pipelined_supports(a.type, a.cols)) matvec_pipelined(a, s);
-    else if (a.single && a.nb == 1) matvec_single(a, s);
-    else with_type(a.type, "matvec", [&](auto t) { matvec_nb<decltype(t)::value>(a, s); });
+    with_type(a.type, "matvec", [&](auto t) { matvec_nb<decltype(t)::value>(a, s); });
 }
 
 void dequant_f16(const DevMatrix& m, int64_t row0, int64_t n, uint16_t* dst, int64_t dst_ld, gpuStream_t s) {
-    launch_dequant<uint16_t>(m, row0, n, nullptr, nullptr, dst, dst_ld, s);
+    launch_dequant<uint16_t>(m, row0, n, nullptr, dst, dst_ld, s);
 }
 
-void embed(const DevMatrix& m, const int32_t* tokens, const SlotDesc* slots, int n, float* x, int64_t ld,
-           gpuStream_t s) {
-    launch_dequant<float>(m, 0, n, tokens, slots, x, ld, s);
+void embed(const DevMatrix& m, const RowDesc* rows, int n, float* x, int64_t ld, gpuStream_t s) {
+    launch_dequant<float>(m, 0, n, rows, x, ld, s);
 }
 
 }  // namespace loom::gpu

@@ -1,6 +1,6 @@
 // Prefill kernels of the GPU backend: tiled causal attention with an online softmax on F32
-// FMA units (HIP, emulator, and F16 KV caches), the causal softmax of the cuBLAS attention path,
-// and loom's own tiled GEMM for builds without cuBLAS.
+// FMA units over the paged KV cache (the cached prefix and the chunk's own positions alike), and
+// loom's own tiled GEMM for builds without cuBLAS.
 //
 // Sources: online softmax (Milakov & Gimelshein 2018) and tiling (FlashAttention, Dao et al.
 // 2022); the arithmetic mirrors engine/backends/cpu/cpu_backend.cpp.
@@ -18,16 +18,20 @@ constexpr int kPrefillT = 128;  // threads per prefill attention block
 // per step. Shared memory: Q [RB][hd], K [BK][hd+1], V [BK][hd], S [RB][BK+1], m/l/alpha [RB].
 constexpr int kDMax = 32;  // output dims per thread
 
-__global__ void __launch_bounds__(kPrefillT) attn_prefill_kernel(const float* q, int64_t q_ld, const SlotDesc* slots,
-                                                               int T, int layer, AttnShape sh, int RB, int BK,
-                                                               float* att, int64_t att_ld) {
+__global__ void __launch_bounds__(kPrefillT) attn_prefill_kernel(const float* q, int64_t q_ld,
+                                                                 const PrefillTile* tiles, int layer, AttnShape sh,
+                                                                 PagedKv kv, int RB, int BK, float* att,
+                                                                 int64_t att_ld) {
     LOOM_DYN_SMEM(float, smem);
     const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
     const int G = min(group, RB), qpt = RB / G, hgroups = (group + G - 1) / G;
     const int kvh = static_cast<int>(blockIdx.y) / hgroups, hg = static_cast<int>(blockIdx.y) % hgroups;
-    const int t0 = static_cast<int>(blockIdx.x) * qpt;
-    const SlotDesc& slot = slots[0];
-    const int p0 = slot.pos;
+    const PrefillTile tile = tiles[blockIdx.x];
+    const int T = tile.n;       // queries of this tile (<= qpt)
+    const int p0 = tile.pos0;   // position of query 0
+    const int t0 = 0;
+    q += int64_t{tile.row0} * q_ld;
+    att += int64_t{tile.row0} * att_ld;
     float* Qs = smem;
     float* Ks = Qs + RB * hd;
     float* Vs = Ks + BK * (hd + 1);
@@ -53,20 +57,22 @@ __global__ void __launch_bounds__(kPrefillT) attn_prefill_kernel(const float* q,
 #pragma unroll
     for (int k = 0; k < kDMax; ++k) o[k] = 0.0f;
 
-    const int64_t kvd = sh.kv_dim();
-    const int64_t kbase = kv_off(layer, 0, slot.cap, 0, kvd) + int64_t{kvh} * hd;
-    const int64_t vbase = kv_off(layer, 1, slot.cap, 0, kvd) + int64_t{kvh} * hd;
+    const int64_t head_off = int64_t{kvh} * hd;
+    __shared__ int64_t koff[32];  // K row offsets of the tile's keys (BK <= 32)
     const int last_t = min(T - 1, t0 + qpt - 1);
     const int p_last = p0 + last_t;
     __syncthreads();
     for (int k0 = 0; k0 <= p_last; k0 += BK) {
+        if (tid < BK) koff[tid] = k0 + tid <= p_last ? kv_off(kv, layer, tile.table, k0 + tid, 0) + head_off : 0;
+        __syncthreads();
         for (int e = tid; e < BK * hd; e += kPrefillT) {
             const int j = e / hd, d = e % hd;
             const int kp = k0 + j;
             float kf = 0.0f, vf = 0.0f;
             if (kp <= p_last) {
-                kf = kv_load(slot.kv, kbase + int64_t{kp} * kvd + d, sh.kv_f16);
-                vf = kv_load(slot.kv, vbase + int64_t{kp} * kvd + d, sh.kv_f16);
+                const int64_t ko = koff[j] + d;
+                kf = kv_load(kv.pool, ko, kv.f16);
+                vf = kv_load(kv.pool, ko + kv.layout.half_elems(), kv.f16);
             }
             Ks[j * (hd + 1) + d] = kf;
             Vs[j * hd + d] = vf;
@@ -186,43 +192,11 @@ __global__ void __launch_bounds__(256) gemm_kernel(const float* A, int64_t lda, 
         }
 }
 
-__global__ void __launch_bounds__(256) softmax_causal_kernel(float* S, int T, int n, int p0) {
-    __shared__ double shd[32];
-    __shared__ float shf[32];
-    const int t = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.y);
-    float* row = S + (static_cast<int64_t>(b) * T + t) * n;
-    const int valid = min(n, p0 + t + 1);
-    const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
-    const int nw = static_cast<int>(blockDim.x) / kWarp;
-    float m = kNegInf;
-    for (int i = tid; i < valid; i += static_cast<int>(blockDim.x)) m = fmaxf(m, row[i]);
-    m = warp_max(m);
-    if (lane == 0) shf[warp] = m;
-    __syncthreads();
-    m = kNegInf;
-    for (int w = 0; w < nw; ++w) m = fmaxf(m, shf[w]);
-    double sum = 0;
-    for (int i = tid; i < valid; i += static_cast<int>(blockDim.x)) sum += expf(row[i] - m);
-    sum = block_sum_d(sum, shd);
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int i = tid; i < n; i += static_cast<int>(blockDim.x)) row[i] = i < valid ? expf(row[i] - m) * inv : 0.0f;
-}
-
-}  // namespace
-
-void softmax_causal(float* S, int T, int n, int batch, int p0, gpuStream_t s) {
-    if (T <= 0 || batch <= 0) return;
-    auto k = softmax_causal_kernel;
-    LOOM_LAUNCH(k, dim3(static_cast<unsigned>(T), static_cast<unsigned>(batch)), 256, 0, s, S, T, n, p0);
-    LOOM_GPU_CHECK_LAUNCH();
-}
-
-void attn_prefill(const float* q, int64_t q_ld, const SlotDesc* slots, int T, int layer, const AttnShape& sh,
-                  float* att, int64_t att_ld, gpuStream_t s) {
-    if (T <= 0) return;
-    const int hd = sh.head_dim;
-    int RB = 0, BK = 0;
-    size_t smem = 0;
+// Rows per tile (RB: (query, head-in-group) pairs) and keys per step (BK) that fit in 48 KiB of
+// shared memory for head size hd; RB = 0 when none does.
+void prefill_tiling(int hd, int& RB, int& BK, size_t& smem) {
+    RB = BK = 0;
+    smem = 0;
     for (int rb : {32, 16, 8}) {
         if (hd > kDMax * (kPrefillT / rb)) continue;
         for (int bk : {32, 16, 8}) {
@@ -230,17 +204,35 @@ void attn_prefill(const float* q, int64_t q_ld, const SlotDesc* slots, int T, in
                                                   size_t(rb) * (bk + 1) + 3 * size_t(rb));
             if (bytes <= 48 * 1024) {
                 RB = rb, BK = bk, smem = bytes;
-                break;
+                return;
             }
         }
-        if (RB) break;
     }
-    if (!RB) throw GpuError("attn_prefill: head_dim " + std::to_string(hd) + " does not fit");
+}
+
+}  // namespace
+
+int attn_prefill_tile_queries(const AttnShape& sh) {
+    int RB, BK;
+    size_t smem;
+    prefill_tiling(sh.head_dim, RB, BK, smem);
+    if (!RB) throw GpuError("attn_prefill: head_dim " + std::to_string(sh.head_dim) + " does not fit");
     const int group = sh.n_head / sh.n_head_kv;
-    const int G = group < RB ? group : RB, qpt = RB / G, hgroups = (group + G - 1) / G;
+    return RB / (group < RB ? group : RB);
+}
+
+void attn_prefill(const float* q, int64_t q_ld, const PrefillTile* tiles, int ntiles, int layer,
+                  const AttnShape& sh, const PagedKv& kv, float* att, int64_t att_ld, gpuStream_t s) {
+    if (ntiles <= 0) return;
+    int RB, BK;
+    size_t smem;
+    prefill_tiling(sh.head_dim, RB, BK, smem);
+    if (!RB) throw GpuError("attn_prefill: head_dim " + std::to_string(sh.head_dim) + " does not fit");
+    const int group = sh.n_head / sh.n_head_kv;
+    const int G = group < RB ? group : RB, hgroups = (group + G - 1) / G;
     auto k = attn_prefill_kernel;
-    const dim3 grid(static_cast<unsigned>((T + qpt - 1) / qpt), static_cast<unsigned>(sh.n_head_kv * hgroups));
-    LOOM_LAUNCH(k, grid, kPrefillT, smem, s, q, q_ld, slots, T, layer, sh, RB, BK, att, att_ld);
+    const dim3 grid(static_cast<unsigned>(ntiles), static_cast<unsigned>(sh.n_head_kv * hgroups));
+    LOOM_LAUNCH(k, grid, kPrefillT, smem, s, q, q_ld, tiles, layer, sh, kv, RB, BK, att, att_ld);
     LOOM_GPU_CHECK_LAUNCH();
 }
 

@@ -2,6 +2,9 @@
 // log-softmax of the raw logits over the candidates (the allowed ids, or all), the processed
 // distribution applies bias, penalties, temperature, top-k, top-p and min-p, and the token is
 // the argmax (greedy) or the first kept id whose cumulative probability exceeds u * total.
+// Every launch covers all the rows of a step (blockIdx.y or blockIdx.x is the row); a row's
+// configuration and state are its slot's SampleCfg (kernels.hpp), and the processed logits are
+// computed where they are read, from the raw logits and the slot's bias and penalty state.
 //
 // The kept set of the filters is a prefix of the candidates ordered by (value desc, id asc), so
 // it is described by its last member, the "pivot": with key = (order-preserving bits of the
@@ -10,19 +13,13 @@
 // mass for top-p). Sums of exponentials are in double, as in the reference.
 #include <cmath>
 
-#include "engine/backends/gpu/kernels.hpp"
+#include "engine/backends/gpu/k_sample.cuh"
 
 namespace loom::gpu {
 namespace {
 
-constexpr int kST = 1024;           // threads of every sampling block
 constexpr int kPer = 4;             // candidates per thread in stage 1
 constexpr int kChunk = kST * kPer;  // candidates per stage-1 block
-
-struct Cand {
-    float v;
-    int32_t id;  // < 0: none
-};
 
 struct Partial {
     float raw_m, proc_m;
@@ -37,95 +34,63 @@ struct Scratch {
     uint64_t pad[7];
 };
 
-LOOM_DEV bool better(const Cand& a, const Cand& b) {
-    if (a.id < 0) return false;
-    if (b.id < 0) return true;
-    return a.v > b.v || (a.v == b.v && a.id < b.id);
+LOOM_HD inline int blocks_of(int n_cand) { return n_cand <= 0 ? 1 : (n_cand + kChunk - 1) / kChunk; }
+
+// Bytes of one row's scratch: its Scratch, then the Partials of up to blocks_of(n_vocab) blocks.
+size_t row_scratch_bytes(int n_vocab) {
+    return (sizeof(Scratch) + sizeof(Partial) * static_cast<size_t>(blocks_of(n_vocab)) + 255) / 256 * 256;
 }
 
-LOOM_DEV uint64_t key_of(float v, int32_t id) {
-    if (v == 0.0f) v = 0.0f;  // -0 == +0, as the reference compares them
-    const uint32_t u = __float_as_uint(v);
-    const uint32_t o = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return (static_cast<uint64_t>(o) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(id));
-}
+// One row's view of a launch: its configuration, logits and scratch.
+struct RowView {
+    SampleCfg c;
+    const float* logits;
+    Scratch* sc;
+    Partial* part;
+};
 
-LOOM_DEV Cand warp_best(Cand c) {
-#pragma unroll
-    for (int m = kWarp / 2; m > 0; m >>= 1) {
-        Cand o;
-        o.v = shfl_xor(c.v, m);
-        o.id = shfl_xor(c.id, m);
-        if (better(o, c)) c = o;
-    }
-    return c;
-}
-
-// The best candidate of the block (every thread gets it); sh holds kST / kWarp + 1 entries.
-LOOM_DEV Cand block_best(Cand c, Cand* sh) {
-    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
-    const int nw = static_cast<int>(blockDim.x) / kWarp;
-    c = warp_best(c);
-    if (lane == 0) sh[warp] = c;
-    __syncthreads();
-    if (warp == 0) {
-        Cand d = lane < nw ? sh[lane] : Cand{0.0f, -1};
-        d = warp_best(d);
-        if (lane == 0) sh[nw] = d;
-    }
-    __syncthreads();
-    const Cand r = sh[nw];
-    __syncthreads();
-    return r;
-}
-
-LOOM_DEV float block_max(float v, float* sh) {
-    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
-    const int nw = static_cast<int>(blockDim.x) / kWarp;
-    v = warp_max(v);
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    float r = -INFINITY;
-    for (int w = 0; w < nw; ++w) r = fmaxf(r, sh[w]);
-    __syncthreads();
-    return r;
-}
-
-LOOM_DEV double block_sum(double v, double* sh) {
-    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
-    const int nw = static_cast<int>(blockDim.x) / kWarp;
-    v = warp_sum_d(v);
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    double r = 0;
-    for (int w = 0; w < nw; ++w) r += sh[w];
-    __syncthreads();
-    return r;
+LOOM_DEV RowView row_view(const float* logits, int64_t ld, const SampleCfg* cfgs, const SampleRow* rows, int r,
+                          void* scratch, size_t row_bytes) {
+    const SampleRow sr = rows[r];
+    RowView v;
+    v.c = cfgs[sr.slot];
+    v.logits = logits + sr.logits_row * ld;
+    auto* base = static_cast<uint8_t*>(scratch) + static_cast<size_t>(r) * row_bytes;
+    v.sc = reinterpret_cast<Scratch*>(base);
+    v.part = reinterpret_cast<Partial*>(base + sizeof(Scratch));
+    return v;
 }
 
 LOOM_DEV int cand_id(const SampleCfg& c, const int32_t* allowed, int i) { return c.has_allowed ? allowed[i] : i; }
 
-LOOM_DEV float proc_val(const SampleCfg& c, const float* logits, const float* work, int id) {
-    float v = c.n_mods ? work[id] : logits[id];
+// The processed logit of id (sampler.cpp's order): logit bias (the entries of an id named more
+// than once in order), repetition penalty over prompt and output, frequency and presence
+// penalties over the output, temperature.
+LOOM_DEV float proc_val(const SampleCfg& c, const float* logits, int id) {
+    float v = logits[id];
+    if (c.has_bias) {
+        const float b = c.bias[id];
+        if (b == b) {
+            v += b;
+        } else {
+            for (int j = 0; j < c.n_multi; ++j)
+                if (c.multi[j].id == id) v += c.multi[j].bias;
+        }
+    }
+    if (c.penalties) {
+        const uint32_t p = c.pen[id];
+        if (c.rep_penalty != 1.0f && (p & kSeenBit)) v = v > 0 ? v / c.rep_penalty : v * c.rep_penalty;
+        const uint32_t n = p & ~kSeenBit;
+        if (n > 0) v -= c.frequency * static_cast<float>(n) + c.presence;
+    }
     if (!c.greedy && c.temperature != 1.0f) v /= c.temperature;
     return v;
 }
 
-// Logit bias and penalties, one thread per (unique) id, on the copy in `work`.
-__global__ void mods_kernel(const float* logits, SampleCfg c, const SampleMod* mods, float* work) {
-    const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-    if (i >= c.n_mods) return;
-    const SampleMod m = mods[i];
-    float v = logits[m.id];
-    for (int j = 0; j < m.nbias && j < 4; ++j) v += m.bias[j];
-    if (m.rep) v = v > 0 ? v / c.rep_penalty : v * c.rep_penalty;
-    if (m.count > 0) v -= c.frequency * static_cast<float>(m.count) + c.presence;
-    work[m.id] = v;
-}
-
-// Finds the pivot of the top-k / top-p / min-p filters (one block).
-__global__ void __launch_bounds__(kST) select_kernel(const float* logits, SampleCfg c, const int32_t* allowed,
-                                                     const float* work, Scratch* sc) {
+// Finds the pivot of the top-k / top-p / min-p filters (one block per row; rows without a
+// filter return at once).
+__global__ void __launch_bounds__(kST) select_kernel(const float* logits_all, int64_t ld, const SampleCfg* cfgs,
+                                                     const SampleRow* rows, void* scratch, size_t row_bytes) {
     __shared__ Cand shc[kST / 32 + 1];
     __shared__ double shd[kST / 32];
     __shared__ int hist[256];
@@ -133,12 +98,18 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits, Sample
     __shared__ uint64_t s_prefix;
     __shared__ int s_rank, s_ok;
     __shared__ double s_cum;
+    const RowView rv = row_view(logits_all, ld, cfgs, rows, static_cast<int>(blockIdx.y), scratch, row_bytes);
+    const SampleCfg& c = rv.c;
+    if (!c.filter) return;
+    const float* logits = rv.logits;
+    const int32_t* allowed = c.allowed;
+    Scratch* sc = rv.sc;
     const int n = c.n_cand, t = static_cast<int>(threadIdx.x);
 
     Cand best{0.0f, -1};
     for (int i = t; i < n; i += kST) {
         const int id = cand_id(c, allowed, i);
-        const Cand x{proc_val(c, logits, work, id), id};
+        const Cand x{proc_val(c, logits, id), id};
         if (better(x, best)) best = x;
     }
     best = block_best(best, shc);
@@ -155,7 +126,7 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits, Sample
             const uint64_t prefix = s_prefix;
             for (int i = t; i < n; i += kST) {
                 const int id = cand_id(c, allowed, i);
-                const uint64_t k = key_of(proc_val(c, logits, work, id), id);
+                const uint64_t k = key_of(proc_val(c, logits, id), id);
                 if (shift == 56 || (k >> (shift + 8)) == (prefix >> (shift + 8)))
                     atomicAdd(&hist[(k >> shift) & 255u], 1);
             }
@@ -178,7 +149,7 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits, Sample
     double tot = 0;
     for (int i = t; i < n; i += kST) {
         const int id = cand_id(c, allowed, i);
-        const float v = proc_val(c, logits, work, id);
+        const float v = proc_val(c, logits, id);
         if (key_of(v, id) >= pivot) tot += exp(static_cast<double>(v) - m);
     }
     tot = block_sum(tot, shd);
@@ -193,7 +164,7 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits, Sample
             const uint64_t prefix = s_prefix;
             for (int i = t; i < n; i += kST) {
                 const int id = cand_id(c, allowed, i);
-                const float v = proc_val(c, logits, work, id);
+                const float v = proc_val(c, logits, id);
                 const uint64_t k = key_of(v, id);
                 if (k >= pivot && (shift == 56 || (k >> (shift + 8)) == (prefix >> (shift + 8))))
                     atomicAdd(&mass[(k >> shift) & 255u], exp(static_cast<double>(v) - m) / tot);
@@ -229,7 +200,7 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits, Sample
         Cand worst{0.0f, -1};  // the kept element with the smallest key meeting the cut
         for (int i = t; i < n; i += kST) {
             const int id = cand_id(c, allowed, i);
-            const float v = proc_val(c, logits, work, id);
+            const float v = proc_val(c, logits, id);
             if (key_of(v, id) >= pivot && static_cast<double>(v) - m >= cut) {
                 const Cand x{v, id};
                 if (worst.id < 0 || better(worst, x)) worst = x;
@@ -260,20 +231,28 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits, Sample
 }
 
 // Per-block statistics over kChunk candidates: raw max/sum and top-K, processed top-K, and the
-// kept set's max/sum and last member.
-__global__ void __launch_bounds__(kST) stage1_kernel(const float* logits, SampleCfg c, const int32_t* allowed,
-                                                     const float* work, const Scratch* sc, Partial* part) {
+// kept set's max/sum and last member. Block (b, r) covers candidates b * kChunk.. of row r;
+// blocks past the row's candidates return at once.
+__global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, int64_t ld, const SampleCfg* cfgs,
+                                                     const SampleRow* rows, void* scratch, size_t row_bytes) {
     __shared__ Cand shc[kST / 32 + 1];
     __shared__ float shf[kST / 32];
     __shared__ double shd[kST / 32];
     __shared__ int s_nan;
+    const RowView rv = row_view(logits_all, ld, cfgs, rows, static_cast<int>(blockIdx.y), scratch, row_bytes);
+    const SampleCfg& c = rv.c;
     const int t = static_cast<int>(threadIdx.x), b = static_cast<int>(blockIdx.x);
+    const int nblk = blocks_of(c.n_cand);
+    if (b >= nblk) return;
+    const float* logits = rv.logits;
+    const int32_t* allowed = c.allowed;
+    Partial* part = rv.part;
     const bool filter = c.filter != 0;
-    const uint64_t pivot = filter ? sc->pivot : 0;
+    const uint64_t pivot = filter ? rv.sc->pivot : 0;
     if (t == 0) s_nan = 0;
     __syncthreads();
     {
-        const int per = (c.n_vocab + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+        const int per = (c.n_vocab + nblk - 1) / nblk;
         const int lo = b * per, hi = min(c.n_vocab, lo + per);
         bool nan = false;
         for (int i = lo + t; i < hi; i += kST) nan |= logits[i] != logits[i];
@@ -292,7 +271,7 @@ __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits, Sample
             const int id = cand_id(c, allowed, i);
             ids[j] = id;
             raw[j] = logits[id];
-            pv[j] = proc_val(c, logits, work, id);
+            pv[j] = proc_val(c, logits, id);
             kept[j] = !filter || key_of(pv[j], id) >= pivot;
         }
     }
@@ -368,19 +347,29 @@ LOOM_DEV Cand merge_pick(const Partial* part, int nblk, int k, bool raw, const C
     return mine;
 }
 
-// Merges the partials, draws the token and writes the result.
-__global__ void __launch_bounds__(kST) stage2_kernel(const float* logits, SampleCfg c, const int32_t* allowed,
-                                                     const float* work, const Scratch* sc, const Partial* part,
-                                                     int nblk, SampleOut* out) {
+// Merges the partials, draws the token, writes the result and counts the token in the slot's
+// penalty state (one block per row).
+__global__ void __launch_bounds__(kST) stage2_kernel(const float* logits_all, int64_t ld, const SampleCfg* cfgs,
+                                                     const SampleRow* rows, void* scratch, size_t row_bytes,
+                                                     SampleOut* out_all) {
     __shared__ Cand shc[kST / 32 + 1];
     __shared__ Cand top[kMaxTop];
     __shared__ double sh_scan[kST];
     __shared__ double sh_w[kST / 32 + 1];
     __shared__ int s_first, s_bc, s_token;
     __shared__ double s_cum;
+    const int r = static_cast<int>(blockIdx.x);
+    const RowView rv = row_view(logits_all, ld, cfgs, rows, r, scratch, row_bytes);
+    const SampleCfg& c = rv.c;
+    const float* logits = rv.logits;
+    const int32_t* allowed = c.allowed;
+    const Partial* part = rv.part;
+    const int nblk = blocks_of(c.n_cand);
+    const double u = rows[r].u;
+    SampleOut* out = out_all + r;
     const int t = static_cast<int>(threadIdx.x);
     const bool filter = c.filter != 0;
-    const uint64_t pivot = filter ? sc->pivot : 0;
+    const uint64_t pivot = filter ? rv.sc->pivot : 0;
     int nan = 0;
     for (int i = 0; i < nblk; ++i) nan |= part[i].nan;
     if (nan) {
@@ -411,7 +400,7 @@ __global__ void __launch_bounds__(kST) stage2_kernel(const float* logits, Sample
         token = top[0].id;
     } else {
         if (t == 0) {
-            const double target = c.u * total;
+            const double target = u * total;
             double cum = 0;
             int bc = -1, last = -1;
             for (int i = 0; i < nblk; ++i) {
@@ -432,7 +421,7 @@ __global__ void __launch_bounds__(kST) stage2_kernel(const float* logits, Sample
         __syncthreads();
         if (s_bc >= 0) {
             const int bc = s_bc;
-            const double target = c.u * total;
+            const double target = u * total;
             double e[kPer];
             double ts = 0;
 #pragma unroll
@@ -441,7 +430,7 @@ __global__ void __launch_bounds__(kST) stage2_kernel(const float* logits, Sample
                 e[j] = -1;  // not a kept candidate
                 if (i < c.n_cand) {
                     const int id = cand_id(c, allowed, i);
-                    const float v = proc_val(c, logits, work, id);
+                    const float v = proc_val(c, logits, id);
                     if (!filter || key_of(v, id) >= pivot) e[j] = exp(static_cast<double>(v) - KM);
                 }
                 if (e[j] >= 0) ts += e[j];
@@ -499,7 +488,7 @@ __global__ void __launch_bounds__(kST) stage2_kernel(const float* logits, Sample
     if (c.processed_lp) {
         const double lz = KM + log(total);
         if (t == 0) {
-            const float v = proc_val(c, logits, work, token);
+            const float v = proc_val(c, logits, token);
             const bool k = !filter || key_of(v, token) >= pivot;
             out->logprob = k ? static_cast<float>(v - lz) : -INFINITY;
             for (int i = 0; i < kp; ++i) {
@@ -534,93 +523,34 @@ __global__ void __launch_bounds__(kST) stage2_kernel(const float* logits, Sample
         out->logprob = 0;
         out->n_top = 0;
     }
-    if (t == 0) out->token = token, out->nan = 0;
-}
-
-// Prompt logprobs: one block per logits row.
-__global__ void __launch_bounds__(kST) score_kernel(const float* logits, int64_t ld, int n, const int32_t* targets,
-                                                    int k, SampleOut* out) {
-    __shared__ Cand shc[kST / 32 + 1];
-    __shared__ float shf[kST / 32];
-    __shared__ double shd[kST / 32];
-    __shared__ int s_nan;
-    const int t = static_cast<int>(threadIdx.x), r = static_cast<int>(blockIdx.x);
-    const float* row = logits + r * ld;
-    if (t == 0) s_nan = 0;
     __syncthreads();
-    float m = -INFINITY;
-    bool nan = false;
-    for (int i = t; i < n; i += kST) {
-        const float v = row[i];
-        nan |= v != v;
-        m = fmaxf(m, v);
-    }
-    if (nan) s_nan = 1;
-    m = block_max(m, shf);
-    double s = 0;
-    for (int i = t; i < n; i += kST) s += exp(static_cast<double>(row[i]) - m);
-    s = block_sum(s, shd);
-    const double lz = m + log(s);
-    SampleOut& o = out[r];
-    Cand prev{0.0f, -1};
-    for (int j = 0; j < k; ++j) {
-        Cand mine{0.0f, -1};
-        for (int i = t; i < n; i += kST) {
-            const Cand x{row[i], i};
-            if ((prev.id < 0 || better(prev, x)) && better(x, mine)) mine = x;
-        }
-        prev = block_best(mine, shc);
-        if (t == 0) o.top_id[j] = prev.id, o.top_lp[j] = static_cast<float>(prev.v - lz);
-    }
     if (t == 0) {
-        o.token = targets[r];
-        o.logprob = static_cast<float>(row[targets[r]] - lz);
-        o.n_top = k;
-        o.nan = s_nan;
+        out->token = token, out->nan = 0;
+        if (c.penalties && token >= 0) c.pen[token] = ((c.pen[token] & ~kSeenBit) + 1u) | kSeenBit;
     }
 }
-
-int blocks_of(int n_cand) { return n_cand <= 0 ? 1 : (n_cand + kChunk - 1) / kChunk; }
 
 }  // namespace
 
-size_t sample_scratch_bytes(int n_vocab) {
-    const size_t parts = sizeof(Partial) * static_cast<size_t>(blocks_of(n_vocab));
-    return 256 + (parts + 255) / 256 * 256 + sizeof(float) * static_cast<size_t>(n_vocab);
+int sample_blocks(int n_cand) { return blocks_of(n_cand); }
+
+size_t sample_scratch_bytes(int n_vocab, int rows) {
+    return row_scratch_bytes(n_vocab) * static_cast<size_t>(rows < 1 ? 1 : rows);
 }
 
-void sample(const float* logits, const SampleCfg& c, const SampleMod* mods, const int32_t* allowed, void* scratch,
-            SampleOut* out, gpuStream_t s) {
-    auto* sc = static_cast<Scratch*>(scratch);
-    const int nblk = blocks_of(c.n_cand);
-    auto* part = reinterpret_cast<Partial*>(static_cast<uint8_t*>(scratch) + 256);
-    const size_t parts = sizeof(Partial) * static_cast<size_t>(blocks_of(c.n_vocab));
-    auto* work = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + 256 + (parts + 255) / 256 * 256);
-    if (c.n_mods > 0) {
-        LOOM_GPU_CHECK(gpuMemcpyAsync(work, logits, sizeof(float) * static_cast<size_t>(c.n_vocab),
-                                      gpuMemcpyDeviceToDevice, s));
-        auto k = mods_kernel;
-        LOOM_LAUNCH(k, static_cast<unsigned>((c.n_mods + 255) / 256), 256, 0, s, logits, c, mods, work);
-        LOOM_GPU_CHECK_LAUNCH();
-    }
-    if (c.filter) {
-        auto k = select_kernel;
-        LOOM_LAUNCH(k, 1, kST, 0, s, logits, c, allowed, work, sc);
-        LOOM_GPU_CHECK_LAUNCH();
-    }
+void sample_rows(const float* logits, int64_t ld, int n_vocab, const SampleCfg* cfgs, const SampleRow* rows, int n,
+                 int nblk, void* scratch, SampleOut* out, gpuStream_t s) {
+    if (n <= 0) return;
+    const size_t rb = row_scratch_bytes(n_vocab);
+    const auto rows_u = static_cast<unsigned>(n);
+    auto k0 = select_kernel;
+    LOOM_LAUNCH(k0, dim3(1, rows_u), kST, 0, s, logits, ld, cfgs, rows, scratch, rb);
+    LOOM_GPU_CHECK_LAUNCH();
     auto k1 = stage1_kernel;
-    LOOM_LAUNCH(k1, static_cast<unsigned>(nblk), kST, 0, s, logits, c, allowed, work, sc, part);
+    LOOM_LAUNCH(k1, dim3(static_cast<unsigned>(nblk), rows_u), kST, 0, s, logits, ld, cfgs, rows, scratch, rb);
     LOOM_GPU_CHECK_LAUNCH();
     auto k2 = stage2_kernel;
-    LOOM_LAUNCH(k2, 1, kST, 0, s, logits, c, allowed, work, sc, part, nblk, out);
-    LOOM_GPU_CHECK_LAUNCH();
-}
-
-void score_rows(const float* logits, int64_t ld, int n_vocab, int rows, const int32_t* targets, int k, SampleOut* out,
-                gpuStream_t s) {
-    if (rows <= 0) return;
-    auto kk = score_kernel;
-    LOOM_LAUNCH(kk, static_cast<unsigned>(rows), kST, 0, s, logits, ld, n_vocab, targets, k, out);
+    LOOM_LAUNCH(k2, rows_u, kST, 0, s, logits, ld, cfgs, rows, scratch, rb, out);
     LOOM_GPU_CHECK_LAUNCH();
 }
 

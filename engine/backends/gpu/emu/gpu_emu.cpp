@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
+#include <unordered_map>
 #include <vector>
 
 #include "model/quant/quant.hpp"
@@ -216,18 +217,45 @@ uint16_t float_to_half(float f) { return model::fp32_to_fp16(f); }
 }  // namespace loom::emu
 
 // ---- host runtime -----------------------------------------------------------------------
+namespace {
+
+// Emulated device memory: allocations are host memory, counted against kEmuMemory so that
+// gpuMemGetInfo reports what is left (the KV pool's default size depends on it).
+constexpr size_t kEmuMemory = size_t{128} << 20;
+std::unordered_map<void*, size_t> g_sizes;
+size_t g_used = 0;
+
+void* host_alloc(size_t n) {
+    void* p = std::aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+    if (p) std::memset(p, 0xA5, n);  // never zeros: unwritten outputs show up
+    return p;
+}
+
+}  // namespace
+
 gpuError_t gpuMalloc(void** p, size_t n) {
-    *p = std::aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+    *p = host_alloc(n);
     if (!*p) return 2;
-    std::memset(*p, 0xA5, n);  // never zeros: unwritten outputs show up
+    g_sizes[*p] = n;
+    g_used += n;
     return 0;
 }
 gpuError_t gpuFree(void* p) {
+    if (auto it = g_sizes.find(p); it != g_sizes.end()) {
+        g_used -= it->second;
+        g_sizes.erase(it);
+    }
     std::free(p);
     return 0;
 }
-gpuError_t gpuMallocHost(void** p, size_t n) { return gpuMalloc(p, n); }
-gpuError_t gpuFreeHost(void* p) { return gpuFree(p); }
+gpuError_t gpuMallocHost(void** p, size_t n) {
+    *p = host_alloc(n);
+    return *p ? 0 : 2;
+}
+gpuError_t gpuFreeHost(void* p) {
+    std::free(p);
+    return 0;
+}
 gpuError_t gpuMemcpy(void* d, const void* s, size_t n, int) {
     if (n) std::memmove(d, s, n);
     return 0;
@@ -263,7 +291,8 @@ gpuError_t gpuEventElapsedTime(float* ms, gpuEvent_t a, gpuEvent_t b) {
 gpuError_t gpuGetLastError() { return 0; }
 gpuError_t gpuDeviceSynchronize() { return 0; }
 gpuError_t gpuMemGetInfo(size_t* f, size_t* t) {
-    *f = *t = size_t{64} << 30;
+    *t = kEmuMemory;
+    *f = g_used < kEmuMemory ? kEmuMemory - g_used : 0;
     return 0;
 }
 const char* gpuGetErrorString(gpuError_t e) { return e == 0 ? "no error" : "emulated allocation failed"; }
