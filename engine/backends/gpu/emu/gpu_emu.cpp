@@ -220,14 +220,17 @@ uint16_t float_to_half(float f) { return model::fp32_to_fp16(f); }
 namespace {
 
 // Emulated device memory: allocations are host memory, counted against kEmuMemory so that
-// gpuMemGetInfo reports what is left (the KV pool's default size depends on it).
-constexpr size_t kEmuMemory = size_t{128} << 20;
+// gpuMemGetInfo reports what is left (the KV pool's default size depends on it). Allocations up
+// to kPoison bytes are filled with 0xA5 so that unwritten outputs show up; larger ones (the KV
+// pool) are left as the system gives them, so that their pages cost nothing until written.
+constexpr size_t kEmuMemory = size_t{4} << 30;
+constexpr size_t kPoison = size_t{256} << 20;
 std::unordered_map<void*, size_t> g_sizes;
 size_t g_used = 0;
 
 void* host_alloc(size_t n) {
     void* p = std::aligned_alloc(256, (n + 255) / 256 * 256 + 256);
-    if (p) std::memset(p, 0xA5, n);  // never zeros: unwritten outputs show up
+    if (p && n <= kPoison) std::memset(p, 0xA5, n);
     return p;
 }
 
