@@ -15,8 +15,8 @@ namespace {
 
 std::string size_text(uint64_t b) {
     char buf[32];
-    if (b >= 1000000000ull) std::snprintf(buf, sizeof buf, "%.1f GB", b / 1e9);
-    else std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
+    if (b >= 1000000000ull) std::snprintf(buf, sizeof buf, "%.1f GB", static_cast<double>(b) / 1e9);
+    else std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(b) / 1e6);
     return buf;
 }
 
