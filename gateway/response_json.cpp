@@ -146,10 +146,10 @@ void legacy_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<L
     w.Key("tokens");
     w.StartArray();
     // An entry's bytes are exactly what it adds to `text` (a special token's text
-    // included), so the tokens, joined, spell the text.
-    // With echo, a prompt token's `token` spells its own bytes (BOS, a dummy-prefix
-    // space), which the text, the prompt as sent, may not hold.
-    for (const LogprobEntry& e : entries) str(w, display(tok, as_ids, e.token, e.own_bytes.value_or(e.bytes), false));
+    // included), so the tokens, joined, spell the text. With echo of a text prompt that
+    // holds for the prompt as sent too: an added BOS spells "" and the first word has no
+    // dummy-prefix space (OpenAI's tokens join to the text; text_offset stays true).
+    for (const LogprobEntry& e : entries) str(w, display(tok, as_ids, e.token, e.bytes, false));
     w.EndArray();
     w.Key("token_logprobs");
     w.StartArray();

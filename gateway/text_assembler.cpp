@@ -119,10 +119,7 @@ Released TextAssembler::push_prompt(int32_t token, const protocol::PromptLogprob
     if (stopped_ || generated_ > 0) return {};  // echo precedes the completion
     LogprobEntry e = make_entry(token);
     e.echoed = true;
-    if (text && *text != e.bytes) {
-        e.own_bytes = std::move(e.bytes);
-        e.bytes = *text;
-    }
+    if (text) e.bytes = *text;
     e.has_logprob = plp && plp->logprob.has_value();
     if (e.has_logprob) {
         e.logprob = *plp->logprob;

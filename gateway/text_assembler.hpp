@@ -30,10 +30,6 @@ struct LogprobEntry {
     int32_t token = 0;
     std::string bytes;                     ///< exact bytes it contributes (trimmed at a stop)
     bool special = false;                  ///< control token (chat: bytes are null in JSON)
-    /// An echoed prompt token whose own bytes differ from what it adds to the text (BOS,
-    /// or SentencePiece's dummy-prefix space, which the prompt as sent does not have):
-    /// its own bytes, which its `token` string spells.
-    std::optional<std::string> own_bytes;
     float logprob = 0;
     bool has_logprob = true;               ///< false for the first prompt token under echo
     bool echoed = false;                   ///< a prompt token (echo), not a generated one
@@ -60,8 +56,10 @@ public:
     /// Adds one prompt token for `echo`, before any generated token. Stop strings are
     /// never matched in the prompt. `plp`: its prompt logprobs (PLP line), or null
     /// when there are none (the entry then has no logprob, as for prompt index 0).
-    /// `text`: what the token adds to the released text when that is not its own bytes
-    /// (see LogprobEntry::own_bytes); null: its own bytes.
+    /// `text`: what the token adds to the released text (the echoed prompt as sent, see
+    /// align_prompt_text(): nothing for an added BOS, no dummy-prefix space), which its
+    /// entry's bytes then are, so that the entries still join to the text; null: its
+    /// own bytes.
     Released push_prompt(int32_t token, const protocol::PromptLogprobs* plp, const std::string* text = nullptr);
 
     /// Adds one generated token (with its LP data when logprobs were asked for) and

@@ -291,10 +291,10 @@ class Parameters(loomtest.GatewayTestCase):
         self.assertEqual(finish, "length")
         # Without logprobs the text is echoed all the same; echo with n=2 and two prompts.
         out = self.complete(prompt=["Once upon a time", "The little dog"], n=2, echo=True, max_tokens=2)
-        self.assertEqual([c["text"][:7] for c in out["choices"]], ["<s> Onc"] * 2 + ["<s> The"] * 2)
+        self.assertEqual([c["text"][:7] for c in out["choices"]], ["Once up"] * 2 + ["The lit"] * 2)
         # Stop strings are not matched in the echoed prompt.
         out = self.complete(echo=True, max_tokens=24, stop=["upon", " little"])
-        self.assertEqual(out["choices"][0]["text"], "<s> Once upon a time, there was a")
+        self.assertEqual(out["choices"][0]["text"], "Once upon a time, there was a")
         self.assertEqual(out["choices"][0]["finish_reason"], "stop")
 
 

@@ -420,15 +420,17 @@ describe('the Responses API, echo scoring and vLLM extensions through the openai
     const c = scored.choices[0];
     assert.equal(c.text, PROMPT + cont); // starts with the prompt exactly as sent
     const lp = c.logprobs;
-    assert.equal(lp.tokens[0], '<s>'); // BOS is a token but adds no text
+    assert.equal(lp.tokens[0], ''); // BOS is a token (logprob null) that adds no text
+    assert.equal(lp.token_logprobs[0], null);
     assert.equal(lp.text_offset[0], 0);
-    assert.equal(lp.tokens[1], ' Once'); // its dummy-prefix space is not in the text either
+    assert.equal(lp.tokens[1], 'Once'); // the first word without its dummy-prefix space
     assert.equal(lp.text_offset[1], 0);
+    assert.equal(lp.tokens.join(''), c.text); // the tokens, joined, spell the text
     const first = lp.text_offset.findIndex((o) => o >= PROMPT.length);
     assert.deepEqual(lp.tokens.slice(first), gen.choices[0].logprobs.tokens);
     lp.tokens.forEach((t, i) => {
       const end = i + 1 < lp.tokens.length ? lp.text_offset[i + 1] : c.text.length;
-      if (i >= 2) assert.equal(c.text.slice(lp.text_offset[i], end), t);
+      assert.equal(c.text.slice(lp.text_offset[i], end), t);
     });
     lp.token_logprobs.slice(first).forEach((v, k) =>
       assert.ok(Math.abs(v - gen.choices[0].logprobs.token_logprobs[k]) < 1e-3, `token ${k}: ${v}`));

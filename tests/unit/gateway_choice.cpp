@@ -88,6 +88,31 @@ TEST_CASE("echo: prompt tokens with their PLP logprobs, then the completion") {
     CHECK(out.entries[5].token == 432);
 }
 
+TEST_CASE("echo of a text prompt: the prompt as sent, and its entries still join to it") {
+    // What each token adds: BOS nothing, the first word no dummy-prefix space.
+    CHECK(align_prompt_text(tok(), kOnce, "Once upon a time") ==
+          std::vector<std::string>{"", "Once", " upon", " a", " time"});
+    // Text the walk cannot follow goes to the token where it stops matching.
+    CHECK(align_prompt_text(tok(), kOnce, "Once upon a tim") ==
+          std::vector<std::string>{"", "Once", " upon", " a", " tim"});
+    GenerationRequest r = request(Endpoint::Completions);
+    r.echo = true;
+    r.prompt_texts = {std::string("Once upon a time")};
+    Choice c(tok(), r, 0, 0);
+    feed(c, {432});
+    c.keep(c.on_done(done("length", 1)));
+    const ChoiceOut out = c.take_whole();
+    CHECK(out.text == "Once upon a time,");
+    REQUIRE(out.entries.size() == 6);
+    CHECK(out.entries[0].token == 1);
+    CHECK(out.entries[0].bytes.empty());
+    CHECK(out.entries[1].token == 403);
+    CHECK(out.entries[1].bytes == "Once");
+    std::string joined;
+    for (const auto& e : out.entries) joined += e.bytes;
+    CHECK(joined == out.text);
+}
+
 TEST_CASE("chat gives special tokens no bytes; stream chunks carry their text offsets") {
     const GenerationRequest r = request(Endpoint::ChatCompletions);
     Choice c(tok(), r, 1, 0);

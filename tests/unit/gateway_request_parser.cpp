@@ -52,6 +52,9 @@ TEST_CASE("completions: defaults and sampling parameters") {
     CHECK_FALSE(r.logprobs);
     CHECK(r.sampling.temperature == 1.0f);
     CHECK_FALSE(r.sampling.seed);
+    // One model is served: `model` may be left out (as vLLM allows).
+    CHECK(completions(R"({"prompt":"!"})").prompts[0] == std::vector<int32_t>{kBos, kBang});
+    CHECK(chat(R"({"messages":[{"role":"user","content":"!"}]})").prompts.size() == 1);
 
     r = completions(R"({"model":"m","prompt":"x","max_tokens":3,"temperature":0,"top_p":0.5,"top_k":7,
         "min_p":0.1,"seed":42,"presence_penalty":1.5,"frequency_penalty":-1,"repetition_penalty":1.3,
@@ -116,7 +119,7 @@ TEST_CASE("validation errors carry status, param and code") {
     const Case cases[] = {
         {"{not json", 400, "", ""},
         {"[1,2]", 400, "", ""},
-        {R"({"prompt":"x"})", 400, "model", ""},
+        {R"({"model":7,"prompt":"x"})", 400, "model", ""},  // may be left out, not be a number
         {R"({"model":"other","prompt":"x"})", 404, "model", "model_not_found"},
         {R"({"model":"m"})", 400, "prompt", ""},
         {R"({"model":"m","prompt":7})", 400, "prompt", ""},

@@ -111,10 +111,12 @@ TEST_CASE("chat: the fallback prompt is the messages' text, with BOS from the to
     CHECK(r.prompts == std::vector<Ids>{kOnce});
     CHECK(r.logprobs);
     CHECK_FALSE(r.max_tokens);  // chat: until the context is full
-    r = build_chat_request(R"({"model":"stories260K","messages":[{"role":"user","content":[
-        {"type":"text","text":"Once upon"},{"type":"text","text":" a time"}]}]})",
-                           context());
-    CHECK(r.prompts == std::vector<Ids>{kOnce});
+    // Text parts are joined by "\n", as vLLM flattens content parts to a string.
+    const char* parts = R"({"model":"stories260K","messages":[{"role":"user","content":[
+        {"type":"text","text":"Once upon"},{"type":"text","text":"a time"}]}]})";
+    CHECK(render_chat_prompt(json(parts), context()) == "Once upon\na time");
+    r = build_chat_request(parts, context());
+    CHECK(r.prompts == std::vector<Ids>{stories().tok->encode("Once upon\na time", true, true)});
     CHECK(render_chat_prompt(json(R"({"messages":[{"role":"system","content":"The little dog"},
         {"role":"user","content":"Once upon a time"}]})"),
                              context()) == "The little dog\nOnce upon a time");
