@@ -147,10 +147,11 @@ void Metrics::on_done(const std::string& id, const protocol::Done& done, std::st
     if (it == live_.end()) return;
     const Request& r = it->second;
     prompt_tokens_ += static_cast<uint64_t>(r.prompt_tokens);
-    if (auto cached = line_key(line, "cached_tokens")) {
-        prefix_queries_ += static_cast<uint64_t>(r.prompt_tokens);
+    // Every finished request's prompt was looked up in the engine's prefix cache; DONE
+    // writes cached_tokens= only when it is not 0 (docs/protocol.md), so absent is 0 hits.
+    prefix_queries_ += static_cast<uint64_t>(r.prompt_tokens);
+    if (auto cached = line_key(line, "cached_tokens"))
         prefix_hits_ += static_cast<uint64_t>(std::min(*cached, r.prompt_tokens));
-    }
     std::string reason = done.finish;
     if (r.stop_matched) reason = "stop";
     else if (reason == "cancelled") reason = "abort";
@@ -209,9 +210,9 @@ std::string Metrics::render() const {
         sample(out, "loom:request_success_total", labels + ",finished_reason=\"" + reason + "\"",
                static_cast<double>(n));
     family(out, "loom:prefix_cache_queries_total", "counter",
-           "Prompt tokens of finished requests whose DONE reported cached_tokens.");
+           "Prompt tokens of finished requests, looked up in the engine's prefix cache.");
     sample(out, "loom:prefix_cache_queries_total", labels, static_cast<double>(prefix_queries_));
-    family(out, "loom:prefix_cache_hits_total", "counter", "Of those, tokens the engine's prefix cache held.");
+    family(out, "loom:prefix_cache_hits_total", "counter", "Of those, tokens the engine's prefix cache held (DONE's cached_tokens).");
     sample(out, "loom:prefix_cache_hits_total", labels, static_cast<double>(prefix_hits_));
     family(out, "loom:engine_restarts_total", "counter", "Times the engine was started again (HELLOs after the first).");
     sample(out, "loom:engine_restarts_total", labels, hellos_ > 0 ? static_cast<double>(hellos_ - 1) : 0.0);

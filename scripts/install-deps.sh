@@ -9,7 +9,7 @@ PKGS=(
   libicu-dev                                   # Unicode decomposition (WordPiece accents)
   catch2                                       # unit tests (v2)
   python3 python3-jinja2                       # e2e tests; reference template renderer
-  curl ca-certificates                         # default-model download
+  curl ca-certificates                         # fetching a bigger model (README)
 )
 if [ "${LOOM_WITH_TEST_TOOLS:-0}" = 1 ]; then
   PKGS+=(clang libclang-rt-14-dev)             # fuzzing, sanitizers

@@ -6,13 +6,18 @@ evaluates JavaScript in its page.
 Chromium (Debian's `chromium`) runs with --headless --no-sandbox --disable-gpu and the
 switches that keep it off the network (no QUIC, no background networking, component
 updates or sync) and --remote-debugging-port=0 on loopback; it talks only to 127.0.0.1.
+Every wait is bounded (start, each CDP command, each page condition), so a slow machine
+(CI's 2 cores, the ASan run) gets time and a hung browser a clear error, never a hang;
+Chromium runs in its own process group, which close() ends whole.
 """
 import base64
 import http.client
 import json
 import os
+import queue
 import re
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -107,68 +112,97 @@ class WebSocket:
 class Browser:
     """Headless Chromium with one page, driven over CDP. Use as a context manager."""
 
-    def __init__(self, chromium=None, width=1200, height=760):
+    def __init__(self, chromium=None, width=1200, height=760, start_timeout=120):
+        """Starts Chromium and attaches to its page. Raises RuntimeError when it is not
+        found, exits, or shows no DevTools page within `start_timeout` seconds."""
         self.exe = chromium or find_chromium()
         if not self.exe:
             raise RuntimeError("chromium not found")
+        self.ws = None
         self.profile = tempfile.mkdtemp(prefix="loom-chromium-")
         self.proc = subprocess.Popen(
-            [self.exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            [self.exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--disable-default-apps", "--disable-extensions", "--mute-audio", f"--window-size={width},{height}",
              f"--user-data-dir={self.profile}", "--remote-debugging-address=127.0.0.1",
              "--remote-debugging-port=0", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.log = []
-        port = None
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            self.log.append(line)
-            m = re.search(r"DevTools listening on ws://127\.0\.0\.1:(\d+)/", line)
-            if m:
-                port = int(m.group(1))
-                break
-        if port is None:
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        try:
+            self._attach(width, height, time.monotonic() + start_timeout)
+        except BaseException:
             self.close()
-            raise RuntimeError("chromium did not start:\n" + "".join(self.log[-30:]))
-        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
+            raise
+
+    def _attach(self, width, height, deadline):
+        # stderr is read by a thread, so that a browser that prints nothing cannot block the
+        # deadline; the DevTools port arrives through a queue.
+        self.log = []
+        ports = queue.Queue()
+
+        def read_stderr():
+            for line in self.proc.stderr:
+                self.log.append(line)
+                m = re.search(r"DevTools listening on ws://127\.0\.0\.1:(\d+)/", line)
+                if m:
+                    ports.put(int(m.group(1)))
+            ports.put(None)  # stderr closed: the browser exited
+
+        threading.Thread(target=read_stderr, daemon=True).start()
+        try:
+            port = ports.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            port = None
+        if port is None:
+            raise RuntimeError("chromium did not start (exit status %s):\n%s" % (self.proc.poll(),
+                                                                                 "".join(self.log[-30:])))
         target = None
-        while time.time() < deadline and target is None:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request("GET", "/json/list")
-            pages = [t for t in json.loads(conn.getresponse().read()) if t.get("type") == "page"]
-            conn.close()
-            target = pages[0] if pages else None
+        while target is None and time.monotonic() < deadline:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                conn.request("GET", "/json/list")
+                pages = [t for t in json.loads(conn.getresponse().read()) if t.get("type") == "page"]
+                conn.close()
+                target = pages[0] if pages else None
+            except (OSError, ValueError):
+                target = None  # not serving yet
             if target is None:
                 time.sleep(0.1)
         if target is None:
-            self.close()
-            raise RuntimeError("chromium has no page target")
+            raise RuntimeError("chromium has no page target:\n" + "".join(self.log[-30:]))
         self.ws = WebSocket(target["webSocketDebuggerUrl"])
         self.next_id = 0
         self.events = []
         self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
 
-    def call(self, method, **params):
-        """Sends one CDP command and returns its result (raises RuntimeError on an error)."""
+    def call(self, method, wait=60, **params):
+        """Sends one CDP command and returns its result. Raises RuntimeError on a CDP error,
+        TimeoutError when no answer came within `wait` seconds."""
         self.next_id += 1
         my = self.next_id
+        deadline = time.monotonic() + wait
         self.ws.send(json.dumps({"id": my, "method": method, "params": params}))
         while True:
-            msg = json.loads(self.ws.recv())
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no answer to %s within %s s" % (method, wait))
+            self.ws.sock.settimeout(left)
+            try:
+                msg = json.loads(self.ws.recv())
+            except socket.timeout:
+                raise TimeoutError("no answer to %s within %s s" % (method, wait)) from None
             if msg.get("id") == my:
                 if "error" in msg:
                     raise RuntimeError("%s: %s" % (method, msg["error"]))
                 return msg.get("result", {})
-            self.events.append(msg)
+            if len(self.events) < 10000:  # events are kept for debugging only
+                self.events.append(msg)
 
     def evaluate(self, expression, timeout=60):
-        """The value of a JavaScript expression in the page (promises awaited)."""
-        r = self.call("Runtime.evaluate", expression=expression, awaitPromise=True, returnByValue=True,
-                      timeout=int(timeout * 1000))
+        """The value of a JavaScript expression in the page (promises awaited, for at
+        most `timeout` seconds)."""
+        r = self.call("Runtime.evaluate", wait=timeout + 30, expression=expression, awaitPromise=True,
+                      returnByValue=True, timeout=int(timeout * 1000))
         if "exceptionDetails" in r:
             raise RuntimeError("page exception: %s" % json.dumps(r["exceptionDetails"])[:2000])
         return r["result"].get("value")
@@ -178,11 +212,12 @@ class Browser:
         self.call("Page.navigate", url=url)
 
     def wait_for(self, expression, timeout=60, what="a page condition"):
-        """Polls a JavaScript expression until it is truthy; returns its value."""
-        deadline = time.time() + timeout
-        while time.time() < deadline:
+        """Polls a JavaScript expression until it is truthy; returns its value. Raises
+        AssertionError naming `what` after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
             try:
-                v = self.evaluate(expression)
+                v = self.evaluate(expression, timeout=15)
             except RuntimeError:
                 v = None  # the page is still loading
             if v:
@@ -197,15 +232,22 @@ class Browser:
             f.write(base64.b64decode(data))
 
     def close(self):
+        """Ends the browser and every process it started (its process group), and removes
+        its profile."""
         if getattr(self, "ws", None):
             self.ws.close()
+            self.ws = None
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                self.proc.wait(timeout=15)
+        try:  # renderers and helpers left behind by the main process
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         shutil.rmtree(self.profile, ignore_errors=True)
 
     def __enter__(self):

@@ -121,9 +121,30 @@ class RealEngine(loomtest.GatewayTestCase):
                          hist_count(before, "loom:e2e_request_latency_seconds"), 4)
         self.assertEqual(hist_count(after, "loom:inter_token_latency_seconds") -
                          hist_count(before, "loom:inter_token_latency_seconds"), gen - 4)
-        # The real engine does not report prefix-cache hits (no cached_tokens= in DONE).
-        self.assertEqual(d("loom:prefix_cache_queries"), 0)
+        # Every prompt was looked up in the engine's prefix cache; 5 tokens fill no block.
+        self.assertEqual(d("loom:prefix_cache_queries"), 5 * 4)
+        self.assertEqual(d("loom:prefix_cache_hits"), 0)
         self.assertEqual(d("loom:engine_restarts"), 0)
+
+    def test_prefix_cache_hits_are_the_cached_tokens(self):
+        # A prompt of more than two KV blocks, sent twice: the second finds its full blocks
+        # in the engine's prefix cache and says so in usage; /metrics counts the same.
+        prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside " * 2
+        before = scrape(self.gw)
+        body = {"model": NAME, "prompt": prompt, "max_tokens": 2, "temperature": 0}
+        st, first = self.gw.post("/v1/completions", body)
+        self.assertEqual(st, 200, first)
+        st, second = self.gw.post("/v1/completions", body)
+        self.assertEqual(st, 200, second)
+        n = second["usage"]["prompt_tokens"]
+        self.assertGreater(n, 32)
+        cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        self.assertGreaterEqual(cached, 32)
+        after = scrape(self.gw)
+        d = lambda fam: value(after, fam) - value(before, fam)  # noqa: E731
+        self.assertEqual(d("loom:prefix_cache_queries"), 2 * n)
+        self.assertEqual(d("loom:prefix_cache_hits"),
+                         cached + first["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0))
 
 
 class PacedEngine(unittest.TestCase):

@@ -37,18 +37,32 @@ class Playground(loomtest.GatewayTestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.browser = cdp.Browser()
+        try:
+            cls.browser = cdp.Browser()
+        except BaseException:
+            super().tearDownClass()  # the gateway, which no tearDownClass would stop
+            raise
 
     @classmethod
     def tearDownClass(cls):
         cls.browser.close()
         super().tearDownClass()
 
-    def run_page(self, **params):
-        q = dict(autorun=1, api_key=KEY, **params)
+    runs = 0
+
+    def open_page(self, **params):
+        """Opens the page in its test mode and waits (bounded: a loaded CI machine, the ASan
+        run) until its scripted request ended; returns the page's state, "done" or "error".
+        Each run has its own `run` number, so that the previous page's state never counts."""
+        Playground.runs += 1
+        q = dict(autorun=1, api_key=KEY, run=Playground.runs, **params)
         self.browser.navigate("http://127.0.0.1:%d/?%s" % (self.gw.port, urlencode(q)))
-        state = self.browser.wait_for("document.body && document.body.dataset.state", timeout=90,
-                                      what="the page's scripted request")
+        return self.browser.wait_for(
+            "new URLSearchParams(location.search).get('run') === '%d' && document.body && "
+            "document.body.dataset.state" % Playground.runs, timeout=120, what="the page's scripted request")
+
+    def run_page(self, **params):
+        state = self.open_page(**params)
         result = self.browser.evaluate("window.loomResult")
         self.assertEqual(state, "done", result)
         return self.browser.evaluate(SPANS_JS), result
@@ -117,10 +131,7 @@ class Playground(loomtest.GatewayTestCase):
         self.assertEqual("".join(s["text"] for s in spans), ref["text"])
 
     def test_errors_are_shown(self):
-        q = dict(autorun=1, api_key=KEY, mode="chat", prompt=PROMPT, top_logprobs=21)
-        self.browser.navigate("http://127.0.0.1:%d/?%s" % (self.gw.port, urlencode(q)))
-        self.assertEqual(self.browser.wait_for("document.body && document.body.dataset.state", what="the run"),
-                         "error")
+        self.assertEqual(self.open_page(mode="chat", prompt=PROMPT, top_logprobs=21), "error")
         status = self.browser.evaluate("document.getElementById('status').textContent")
         self.assertIn("HTTP 400", status)
         self.assertIn("top_logprobs", status)

@@ -77,7 +77,7 @@ TEST_CASE("counters and gauges follow the engine events") {
               .ends_with(" 1"));
     CHECK(line_of(t, "loom:request_success_total{model_name=\"my \\\"model\\\"\",finished_reason=\"error\"}")
               .ends_with(" 1"));
-    CHECK(line_of(t, "loom:prefix_cache_queries_total{").ends_with("} 10"));
+    CHECK(line_of(t, "loom:prefix_cache_queries_total{").ends_with("} 13"));  // r3's DONE has no hits
     CHECK(line_of(t, "loom:prefix_cache_hits_total{").ends_with("} 8"));
     CHECK(line_of(t, "loom:engine_restarts_total{").ends_with("} 1"));
     CHECK(line_of(t, "loom:time_to_first_token_seconds_count{").ends_with("} 1"));
