@@ -15,6 +15,7 @@
 #include "gateway/serving_chat.hpp"
 #include "gateway/static_assets.hpp"
 #include "gateway/text_assembler.hpp"
+#include "gateway/tool_request.hpp"
 
 namespace loom::gateway {
 namespace {
@@ -110,9 +111,12 @@ std::string tokenize_body(const App& app, const std::string& body, bool detokeni
             text.assign(d["prompt"].GetString(), d["prompt"].GetStringLength());
         } else if (d.HasMember("messages")) {
             // Exactly what /v1/chat/completions renders: the same messages, `tools`,
-            // `chat_template_kwargs` and `add_generation_prompt`, so that `count` equals
-            // that request's usage.prompt_tokens.
-            text = render_chat_prompt(d, app.model_context());
+            // `chat_template_kwargs` (with `reasoning_effort`, checked as chat checks them)
+            // and `add_generation_prompt`, so that `count` equals that request's
+            // usage.prompt_tokens.
+            const ModelContext ctx = app.model_context();
+            const OutputRequest out = parse_output_request(d, true, ctx.chat_format, ctx.chat_template);
+            text = render_chat_prompt(d, ctx, &out.template_kwargs);
             add_special = add_special && !app.chat->has_template();
         } else {
             throw ApiError(400, "give 'prompt' (a string) or 'messages'", "prompt");

@@ -312,5 +312,46 @@ class MistralSplitMarkers(ReplayCase):
             self.assertRegex(t["id"], r"^[A-Za-z0-9]{9}$")
 
 
+class TokenizeRendersAsChat(unittest.TestCase):
+    """/tokenize with `messages` counts what chat renders, template kwargs included: a copy
+    of stories260K with Qwen3's template (which reads `enable_thinking`) and the CPU engine."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="loom-tokenize-")
+        path = os.path.join(cls.tmp, "qwen3-copy.gguf")
+        gguf_edit.edit(MODEL, path, chat_template=open(shared("models/templates/Qwen-Qwen3-0.6B.jinja"),
+                                                        encoding="utf-8").read())
+        cls.gw = Gateway(path)
+        cls.gw.wait_ready()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def counts(self, **extra):
+        st, tok = self.gw.post("/tokenize", dict(messages=MESSAGES, **extra))
+        self.assertEqual(st, 200, tok)
+        st, chat = self.gw.post("/v1/chat/completions", dict(messages=MESSAGES, max_tokens=1, **extra))
+        self.assertEqual(st, 200, chat)
+        return tok["count"], chat["usage"]["prompt_tokens"]
+
+    def test_template_kwargs_count(self):
+        plain = self.counts()
+        self.assertEqual(plain[0], plain[1])
+        # enable_thinking=false makes Qwen3's generation prompt an empty think block.
+        off = self.counts(chat_template_kwargs={"enable_thinking": False})
+        self.assertEqual(off[0], off[1])
+        self.assertGreater(off[0], plain[0])
+        tools = self.counts(tools=TOOLS)
+        self.assertEqual(tools[0], tools[1])
+        self.assertGreater(tools[0], plain[0])
+        # A kwarg the template never reads: 400 on both, as it would change nothing.
+        for path in ("/tokenize", "/v1/chat/completions"):
+            st, body = self.gw.post(path, {"messages": MESSAGES, "chat_template_kwargs": {"no_such_key": 1}})
+            self.assertEqual(st, 400, (path, body))
+
+
 if __name__ == "__main__":
     main()
