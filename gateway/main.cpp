@@ -37,9 +37,8 @@ int main(int argc, char** argv) {
     po::options_description opts(
         "loom-gateway: an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions,\n"
         "/v1/responses, /v1/models, /tokenize, /detokenize, /health, /metrics, and a playground\n"
-        "page at /) that\n"
-        "reads a GGUF model file ahead (showing progress), starts an engine process on it, talks\n"
-        "to it over the loom engine protocol, and restarts it if it dies.\n\nOptions");
+        "page at /) that reads a GGUF model file ahead (showing progress), starts an engine\n"
+        "process on it, talks to it over the loom engine protocol, and restarts it if it dies.\n\nOptions");
     opts.add_options()
         ("help,h", "print this help and exit")
         ("model,m", po::value(&model), "GGUF model file (required)")
