@@ -2,11 +2,14 @@
 #include "engine/serve.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <random>
 #include <thread>
+
+#include "engine/lifeline.hpp"
 
 namespace loom::engine {
 namespace {
@@ -26,8 +29,9 @@ public:
             buf += '\n';
         }
         std::lock_guard<std::mutex> lock(mu_);
-        std::fwrite(buf.data(), 1, buf.size(), out_);
-        std::fflush(out_);
+        errno = 0;
+        if (std::fwrite(buf.data(), 1, buf.size(), out_) != buf.size() || std::fflush(out_) != 0)
+            output_lost(errno);  // the reader of our output is gone: stop at once
     }
     void line(const proto::EngineLine& l) { lines({l}); }
     void error(const std::string& id, const std::string& msg) { line(proto::Error{id, msg}); }
@@ -76,8 +80,13 @@ void read_loop(std::FILE* in, Inbox& inbox, Writer& w) {
             w.error(err->id, err->message);
             continue;
         }
+        auto& gl = std::get<proto::GatewayLine>(parsed);
+        if (auto* ping = std::get_if<proto::Ping>(&gl)) {  // answered here, whatever the scheduler does
+            w.line(proto::Pong{ping->token});
+            continue;
+        }
         std::lock_guard<std::mutex> lock(inbox.mu);
-        inbox.lines.push_back(std::get<proto::GatewayLine>(std::move(parsed)));
+        inbox.lines.push_back(std::move(gl));
         inbox.cv.notify_one();
     }
     std::free(buf);

@@ -15,7 +15,7 @@ struct ServeOptions {
     int max_parallel = 4;  ///< requests decoded together; later ones wait in FIFO order
     /// Capabilities announced in HELLO (protocol.md, "Capabilities").
     std::vector<std::string> caps = {"logprobs", "allowed", "cancel", "prompt_logprobs", "penalties",
-                                     "logit_bias", "processed_logprobs", "seed"};
+                                     "logit_bias", "processed_logprobs", "seed", "ping"};
 };
 
 /// Builds the HELLO line for `info` and `opts`.

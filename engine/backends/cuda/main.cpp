@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/backends/cuda/gpu_backend.hpp"
+#include "engine/lifeline.hpp"
 #include "engine/serve.hpp"
 
 #ifndef LOOM_ENGINE_NAME
@@ -44,6 +45,7 @@ bool parse_int(const std::string& s, int& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    loom::engine::tie_to_parent();  // die with the gateway; a closed stdout ends us (SIGPIPE)
     std::string model;
     int ctx = 0, parallel = 8, chunk = 2048, threads = 0;
     loom::gpu::GpuOptions opts;
