@@ -24,12 +24,12 @@ def shared(rel):
 class Gateway:
     """A loom-gateway process on a free port; stop() ends it (and its engine)."""
 
-    def __init__(self, model, *extra, engine=None, env=None):
-        args = [os.path.join(BIN, "loom-gateway"), "--model", model, "--port", "0"]
+    def __init__(self, model, *extra, engine=None, env=None, port=0, preexec_fn=None):
+        args = [os.path.join(BIN, "loom-gateway"), "--model", model, "--port", str(port)]
         if engine:
             args += ["--engine", engine]
         args += list(extra)
-        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=preexec_fn)
         self.port = None
         self.log = []
         deadline = time.time() + 60
@@ -112,6 +112,10 @@ class Gateway:
                 chunks.append(json.loads(data))
         conn.close()
         return 200, chunks, done
+
+    @property
+    def pid(self):
+        return self.proc.pid
 
     def stop(self):
         """Ends the gateway (SIGTERM) and returns its exit status. Raises

@@ -171,3 +171,31 @@ TEST_CASE("every float32 survives format_float and parse") {
         REQUIRE(back_bits == bits);
     }
 }
+
+TEST_CASE("PING and PONG: exact bytes, round trip, malformed forms") {
+    CHECK(format(GatewayLine{Ping{"p17"}}) == "PING p17");
+    CHECK(format(EngineLine{Pong{"p17"}}) == "PONG p17");
+    auto ping = parse_gateway_line("PING  a.b-c_9\r\n");
+    REQUIRE(std::holds_alternative<GatewayLine>(ping));
+    CHECK(std::get<Ping>(std::get<GatewayLine>(ping)).token == "a.b-c_9");
+    auto pong = parse_engine_line("PONG p1\n");
+    REQUIRE(std::holds_alternative<EngineLine>(pong));
+    CHECK(std::get<Pong>(std::get<EngineLine>(pong)).token == "p1");
+    CHECK(gateway_error("PING").message == "PING has too few fields");
+    CHECK(gateway_error("PING bad/token").message == "invalid PING token");
+    CHECK(gateway_error("PING p1 extra").message == "PING takes only a token");
+    auto bad_pong = parse_engine_line("PONG " + std::string(65, 'x'));
+    REQUIRE(std::holds_alternative<ParseError>(bad_pong));
+    CHECK(std::get<ParseError>(bad_pong).message == "invalid PONG token");
+    CHECK_THROWS_AS(format(GatewayLine{Ping{""}}), std::invalid_argument);
+    CHECK_THROWS_AS(format(EngineLine{Pong{"a b"}}), std::invalid_argument);
+}
+
+TEST_CASE("parse errors quote at most 64 bytes of the input") {
+    const std::string verb(60000, 'V');
+    const auto e = gateway_error(verb + " r1");
+    CHECK(e.message == "unknown command '" + std::string(64, 'V') + "... (60000 bytes)'");
+    const auto big = gateway_error("GEN r1 prompt=" + std::string(1 << 20, '7'));
+    CHECK(big.message == "prompt: '" + std::string(64, '7') + "... (1048576 bytes)' is not an integer in range");
+    CHECK(big.id == "r1");
+}
