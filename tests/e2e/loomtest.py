@@ -119,7 +119,8 @@ class Gateway:
 
     def stop(self):
         """Ends the gateway (SIGTERM) and returns its exit status. Raises
-        AssertionError when it reported a sanitizer error (ASan, LSan, UBSan builds)."""
+        AssertionError when it (or its engine, whose stderr it copies) reported a
+        sanitizer error (ASan, LSan, UBSan, TSan builds)."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -131,7 +132,7 @@ class Gateway:
             self._drainer.join(timeout=10)
         self.proc.stderr.close()
         log = "".join(self.log)
-        for mark in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+        for mark in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "WARNING: ThreadSanitizer"):
             if mark in log:
                 raise AssertionError("loom-gateway reported a sanitizer error:\n" + log[-6000:])
         return self.proc.returncode
