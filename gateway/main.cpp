@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
                 asio::co_spawn(io, drain(io, app, sig, shutdown_grace), asio::detached);
                 arm();
             } else {
-                std::cerr << "loom-gateway: " << sigabbrev_np(sig) << " again: stopping at once\n";
+                std::cerr << "loom-gateway: SIG" << sigabbrev_np(sig) << " again: stopping at once\n";
                 app.engine->stop();
                 exit_code = 1;
                 io.stop();
