@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "engine/lifeline.hpp"
+#include "engine/sampling_params.hpp"
 
 namespace loom::engine {
 namespace {
@@ -193,19 +194,7 @@ private:
         const auto n_prompt = static_cast<int64_t>(g.prompt.size());
         r.max_tokens = g.max_tokens.value_or(info.n_ctx);
         r.capacity = std::min<int64_t>(info.n_ctx, n_prompt + std::max<int64_t>(r.max_tokens, 1));
-        r.params.temperature = g.temperature;
-        r.params.top_k = g.top_k;
-        r.params.top_p = g.top_p;
-        r.params.min_p = g.min_p;
-        r.params.presence_penalty = g.presence_penalty;
-        r.params.frequency_penalty = g.frequency_penalty;
-        r.params.repetition_penalty = g.repetition_penalty;
-        r.params.logit_bias = g.logit_bias;
-        r.params.allowed = g.allowed;
-        std::sort(r.params.allowed.begin(), r.params.allowed.end());
-        r.params.allowed.erase(std::unique(r.params.allowed.begin(), r.params.allowed.end()), r.params.allowed.end());
-        r.params.n_logprobs = g.logprobs.value_or(-1);
-        r.params.processed_logprobs = g.processed_logprobs;
+        r.params = sampling_params_from(g);
         r.history.prompt = g.prompt;
         r.rng.seed(g.seed ? *g.seed : std::random_device{}());
 

@@ -14,8 +14,11 @@ struct ServeOptions {
     std::string engine_name = "loom-engine";
     int max_parallel = 4;  ///< requests decoded together; later ones wait in FIFO order
     /// Capabilities announced in HELLO (protocol.md, "Capabilities").
-    std::vector<std::string> caps = {"logprobs", "allowed", "cancel", "prompt_logprobs", "penalties",
-                                     "logit_bias", "processed_logprobs", "seed", "ping"};
+    std::vector<std::string> caps = {protocol::cap::kLogprobs,  protocol::cap::kAllowed,
+                                     protocol::cap::kCancel,    protocol::cap::kPromptLogprobs,
+                                     protocol::cap::kPenalties, protocol::cap::kLogitBias,
+                                     protocol::cap::kProcessedLogprobs, protocol::cap::kSeed,
+                                     protocol::cap::kPing};
 };
 
 /// Builds the HELLO line for `info` and `opts`.

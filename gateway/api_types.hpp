@@ -37,7 +37,7 @@ struct GenerationRequest {
     std::vector<std::vector<int32_t>> prompts;  ///< token ids per prompt
     int n = 1;
     std::optional<int64_t> max_tokens;          ///< absent: until the context is full
-    protocol::Gen sampling;                     ///< sampling keys (id and prompt unset)
+    protocol::Gen sampling;                     ///< sampling keys; gen_for_choice() adds the rest
     std::vector<std::string> stop;              ///< up to 4 stop strings
     bool logprobs = false;                      ///< return logprobs at all
     int top_logprobs = 0;                       ///< alternatives per position, 0..20

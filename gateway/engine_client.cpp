@@ -202,7 +202,7 @@ asio::awaitable<EngineClient::RunResult> EngineClient::run_once() {
                 res.had_hello = true;
                 ready_ = true;
                 if (on_ready_) on_ready_(hello_);
-                if (hello_.has_cap("ping") && opts_.ping_interval.count() > 0)
+                if (hello_.has_cap(protocol::cap::kPing) && opts_.ping_interval.count() > 0)
                     asio::co_spawn(io_, ping_loop(run), asio::detached);
             } else if (el && std::holds_alternative<protocol::Error>(*el)) {
                 early_error = cut(std::get<protocol::Error>(*el).message);
@@ -323,7 +323,7 @@ void EngineClient::fail_all(const std::string& why) {
     for (auto& [id, r] : routes_) {
         if (r.queue) r.queue->push(r.choice, protocol::Error{id, why});
         r.queue.reset();
-        if (ready_ && !r.cancel_sent && hello_.has_cap("cancel")) {
+        if (ready_ && !r.cancel_sent && hello_.has_cap(protocol::cap::kCancel)) {
             r.cancel_sent = true;
             write(protocol::format(protocol::GatewayLine{protocol::Cancel{id}}));
         }
@@ -336,7 +336,7 @@ void EngineClient::abandon(const std::string& id, Route& r, const std::string& w
     if (r.queue && tell_client) r.queue->push(r.choice, protocol::Error{id, why});
     r.queue.reset();
     r.held_token.reset();
-    if (!r.cancel_sent && ready_ && hello_.has_cap("cancel")) {
+    if (!r.cancel_sent && ready_ && hello_.has_cap(protocol::cap::kCancel)) {
         r.cancel_sent = true;
         write(protocol::format(protocol::GatewayLine{protocol::Cancel{id}}));
     }

@@ -11,6 +11,7 @@
 #include "gateway/json_input.hpp"
 #include "gateway/quote.hpp"
 #include "gateway/response_json.hpp"
+#include "gateway/serving_chat.hpp"
 #include "gateway/text_assembler.hpp"
 
 namespace loom::gateway {
