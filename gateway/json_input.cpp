@@ -16,7 +16,7 @@ namespace {
 
 using rapidjson::Value;
 
-[[noreturn]] void bad(const std::string& msg) { throw ApiError(400, msg, "", "invalid_json"); }
+[[noreturn]] void bad(const std::string& msg) { throw ApiError(400, msg); }
 
 // A \u escape of a lone surrogate comes out of RapidJSON as the 3-byte CESU form
 // ED A0..BF xx (paired surrogates become one 4-byte character).
