@@ -38,7 +38,10 @@ struct TokenEvent {
 /// queue overflowed (raised by EventQueue): either way the request is to be cancelled
 /// and the connection closed.
 struct Disconnected {};
-using EngineEvent = std::variant<TokenEvent, protocol::PromptLogprobs, protocol::Done, protocol::Error, Disconnected>;
+/// The request's --request-timeout passed (raised by the HTTP side's timer).
+struct DeadlinePassed {};
+using EngineEvent =
+    std::variant<TokenEvent, protocol::PromptLogprobs, protocol::Done, protocol::Error, Disconnected, DeadlinePassed>;
 
 /// Events of all the engine requests behind one HTTP request, tagged with the
 /// choice index they belong to, in arrival order. Bounded: a consumer that stops

@@ -3,7 +3,8 @@
 ends cleanly, service is back within 1 s); the engine inherits nothing but its pipes
 and dies with the gateway; and fake engines (fake_engine.py) that die right after
 HELLO, send a malformed HELLO, too many tokens, token ids past the vocabulary, huge
-ERR or over-long lines, close their output, or stop answering PING.
+ERR or over-long lines, close their output, stop answering PING, or fall silent
+(--request-timeout).
 """
 import http.client
 import json
@@ -292,6 +293,25 @@ class FakeEngines(unittest.TestCase):
         st, chunks, done = self.complete(gw, stream=True)  # GEN 3: stuck again, mid-stream
         self.assertTrue(done)
         self.assertIn("did not answer PING", chunks[-1]["error"]["message"])
+
+    def test_silent_engine_meets_the_request_timeout(self):
+        fd, log = tempfile.mkstemp(prefix="loom-timeout-", suffix=".log")
+        os.close(fd)
+        self.addCleanup(os.unlink, log)
+        gw = self.gateway("--token-delay", "10", extra=("--request-timeout", "0.5", "--engine-log", log))
+        gw.wait_ready()
+        t0 = time.time()
+        st, body = self.complete(gw)
+        self.assertEqual(st, 503, body)
+        self.assertEqual(body["error"]["code"], "request_timeout")
+        self.assertLess(time.time() - t0, 3)
+        st, chunks, done = self.complete(gw, stream=True)
+        self.assertTrue(done)
+        self.assertEqual(chunks[-1]["error"]["code"], "request_timeout")
+        with open(log) as f:
+            lines = f.read().splitlines()
+        self.assertIn("> CANCEL r1", lines)
+        self.assertIn("> CANCEL r2", lines)
 
     def test_engine_that_never_answers_ping_is_restarted(self):
         gw = self.gateway("--no-pong", extra=("--engine-ping-interval", "0.1", "--engine-ping-timeout", "0.3"))

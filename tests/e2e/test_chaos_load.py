@@ -1,12 +1,14 @@
 """Chaos, load: 1,000 concurrent connections all answered; 200 connections dribbling
 their headers while a normal client is served at once; a storm of 200 streams that
 disconnect, after which the engine is idle and both processes hold the file
-descriptors they held before.
+descriptors they held before; a reader that stops reading a fast stream, whose
+request is cancelled after --write-timeout while the gateway's memory stays bounded.
 """
 import asyncio
 import json
 import os
 import resource
+import socket
 import tempfile
 import time
 import unittest
@@ -17,6 +19,7 @@ from loomtest import Gateway, shared, wait_until
 
 MODEL = shared("models/stories260K.gguf")
 NAME = "stories260K"
+FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_engine.py")
 
 
 def raise_fd_limit(want):
@@ -178,6 +181,55 @@ class Load(unittest.TestCase):
         c0 = procwatch.cpu_seconds(eng)
         time.sleep(0.3)
         return procwatch.cpu_seconds(eng) - c0 < 0.02
+
+
+class SlowReader(unittest.TestCase):
+    def test_reader_that_stops_reading(self):
+        fd, log = tempfile.mkstemp(prefix="loom-slow-", suffix=".log")
+        os.close(fd)
+        self.addCleanup(os.unlink, log)
+        # A fake engine that floods: as many tokens as asked, each with 20 top logprobs.
+        gw = Gateway(MODEL, "--write-timeout", "1", "--engine-log", log, "--engine-arg=--tokens",
+                     "--engine-arg=1000000", "--engine-arg=--top", "--engine-arg=20", "--engine-arg=--n-ctx",
+                     "--engine-arg=2000000", engine=FAKE)
+        try:
+            gw.wait_ready()
+            rss0, fds0 = procwatch.rss_kib(gw.pid), len(procwatch.fds(gw.pid))
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", gw.port))
+            body = json.dumps({"model": NAME, "prompt": "Once upon a time", "max_tokens": 1000000, "logprobs": 20,
+                               "stream": True}).encode()
+            s.sendall(request_bytes("POST", "/v1/completions", json.loads(body)))
+            self.assertTrue(s.recv(1000).startswith(b"HTTP/1.1 200"))
+            # Stop reading. The gateway must cancel the request and close the connection.
+            peak = rss0
+            deadline = time.time() + 30
+            with open(log) as f:
+                seen = ""
+                while time.time() < deadline and "> CANCEL " not in seen:
+                    seen += f.read()
+                    peak = max(peak, procwatch.rss_kib(gw.pid))
+                    time.sleep(0.05)
+            self.assertIn("> CANCEL r1", seen)
+            wait_until(lambda: any("did not read its stream for 1000 ms" in l for l in gw.log), timeout=10,
+                       what="the write timeout")
+            for _ in range(20):
+                peak = max(peak, procwatch.rss_kib(gw.pid))
+                time.sleep(0.05)
+            self.assertLess(peak - rss0, 64 * 1024, "the gateway grew by %d KiB" % (peak - rss0))
+            s.settimeout(10)
+            try:  # what was buffered, then the end
+                while s.recv(1 << 16):
+                    pass
+            except ConnectionResetError:
+                pass
+            s.close()
+            st, out = gw.post("/v1/completions", {"model": NAME, "prompt": "Once", "max_tokens": 2})
+            self.assertEqual(st, 200, out)
+            wait_until(lambda: len(procwatch.fds(gw.pid)) <= fds0, timeout=10, what="the descriptors back")
+        finally:
+            gw.stop()
 
 
 if __name__ == "__main__":
