@@ -25,12 +25,13 @@ void require_id(std::string_view id) {
     if (!valid_id(id)) throw std::invalid_argument("invalid request id '" + shown(id) + "'");
 }
 
-// Values may hold any byte; bytes that would break the line are percent-encoded.
-std::string encode_value(std::string_view v) {
+// Values may hold any byte; bytes that would break the line are percent-encoded (and
+// ',' too in an item of a comma-separated list, so the list reads back the same).
+std::string encode_value(std::string_view v, bool list_item = false) {
     static const char* hex = "0123456789ABCDEF";
     std::string out;
     for (unsigned char c : v) {
-        if (c <= 0x20 || c == '%' || c == 0x7f) {
+        if (c <= 0x20 || c == '%' || c == 0x7f || (list_item && c == ',')) {
             out += '%';
             out += hex[c >> 4];
             out += hex[c & 15];
@@ -73,7 +74,7 @@ std::string format_one(const Hello& h) {
     std::string caps;
     for (size_t k = 0; k < h.caps.size(); ++k) {
         if (k) caps += ',';
-        caps += encode_value(h.caps[k]);
+        caps += encode_value(h.caps[k], true);
     }
     s += " caps=" + caps;
     s += " max_logprobs=" + std::to_string(h.max_logprobs);
@@ -98,15 +99,18 @@ std::string format_one(const PromptLogprobs& p) {
 }
 std::string format_one(const Done& d) {
     require_id(d.id);
-    if (d.finish.empty() || d.finish.find_first_of(" \t\r\n") != std::string::npos)
-        throw std::invalid_argument("invalid finish reason");
+    if (!valid_id(d.finish)) throw std::invalid_argument("invalid finish reason");
     return "DONE " + d.id + " " + d.finish + " prompt_tokens=" + std::to_string(d.prompt_tokens) +
            " completion_tokens=" + std::to_string(d.completion_tokens);
 }
 std::string format_one(const Error& e) {
     if (e.id != "-") require_id(e.id);
-    std::string msg = e.message.empty() ? std::string("error") : e.message;
+    // Line breaks become spaces and leading blanks go (a reader skips them), so the
+    // message reads back exactly as written.
+    std::string msg = e.message;
     std::replace_if(msg.begin(), msg.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+    msg.erase(0, std::min(msg.size(), msg.find_first_not_of(" \t")));
+    if (msg.empty()) msg = "error";
     return "ERR " + e.id + " " + msg;
 }
 std::string format_one(const Pong& p) {
@@ -323,6 +327,7 @@ EngineLine parse_engine(const std::vector<std::string_view>& parts) {
     }
     if (verb == "DONE") {
         need_parts(parts, 3, verb);
+        if (!valid_id(parts[2])) throw Bad{"invalid finish reason '" + shown(parts[2]) + "'"};
         Done d{id, std::string(parts[2]), 0, 0};
         for (auto [k, v] : fields(parts, 3)) {
             if (k == "prompt_tokens") d.prompt_tokens = parse_int<int64_t>(v, k);

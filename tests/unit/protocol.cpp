@@ -199,3 +199,30 @@ TEST_CASE("parse errors quote at most 64 bytes of the input") {
     CHECK(big.message == "prompt: '" + std::string(64, '7') + "... (1048576 bytes)' is not an integer in range");
     CHECK(big.id == "r1");
 }
+
+TEST_CASE("a capability holding a comma survives the round trip (found by loom-fuzz-protocol)") {
+    Hello h;
+    h.engine = "e";
+    h.caps = {",logprobs", "a,b"};
+    const std::string line = format(EngineLine{h});
+    CHECK(line.find(" caps=%2Clogprobs,a%2Cb ") != std::string::npos);
+    auto back = parse_engine_line(line);
+    REQUIRE(std::holds_alternative<EngineLine>(back));
+    CHECK(std::get<Hello>(std::get<EngineLine>(back)).caps == h.caps);
+}
+
+TEST_CASE("an ERR message with leading blanks or line breaks reads back as written (found by loom-fuzz-protocol)") {
+    const std::string line = format(EngineLine{Error{"r1", "\t\r\tbad\rthing "}});
+    CHECK(line == "ERR r1 bad thing ");
+    auto back = parse_engine_line(line);
+    REQUIRE(std::holds_alternative<EngineLine>(back));
+    CHECK(std::get<Error>(std::get<EngineLine>(back)).message == "bad thing ");
+    CHECK(format(EngineLine{Error{"-", " \t "}}) == "ERR - error");
+}
+
+TEST_CASE("a DONE whose finish reason holds control bytes is refused (found by loom-fuzz-protocol)") {
+    auto bad = parse_engine_line("DONE r1 len\rgth prompt_tokens=1 completion_tokens=0");
+    REQUIRE(std::holds_alternative<ParseError>(bad));
+    CHECK(std::get<ParseError>(bad).message == "invalid finish reason 'len\rgth'");
+    CHECK_THROWS_AS(format(EngineLine{Done{"r1", "a\x06", 0, 0}}), std::invalid_argument);
+}
