@@ -1,6 +1,7 @@
-// libFuzzer target for the OpenAI request parser (gateway/request_parser, json_input,
-// chat_prompt with a chat template rendered by gateway/templates): the first byte picks
-// /v1/completions or /v1/chat/completions, the rest is the body.
+// libFuzzer target for the OpenAI request parser: the request builders
+// (serving_completions, serving_chat), the shared fields (request_parser), strict JSON
+// (json_input) and chat_prompt with a chat template rendered by gateway/templates. The
+// first byte picks /v1/completions or /v1/chat/completions, the rest is the body.
 //
 // Any body must be accepted or refused with ApiError (4xx) without a crash, another
 // exception, a hang or a sanitizer report. An accepted request must be one the
@@ -16,6 +17,8 @@
 #include "gateway/api_types.hpp"
 #include "gateway/chat_prompt.hpp"
 #include "gateway/request_parser.hpp"
+#include "gateway/serving_chat.hpp"
+#include "gateway/serving_completions.hpp"
 #include "unit/gateway_vocab.hpp"
 
 namespace {
@@ -51,7 +54,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto ep = (data[0] & 1) ? loom::gateway::Endpoint::ChatCompletions : loom::gateway::Endpoint::Completions;
     const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
     try {
-        const auto r = loom::gateway::parse_generation_request(body, ep, w.ctx);
+        const auto r = ep == loom::gateway::Endpoint::ChatCompletions
+                           ? loom::gateway::build_chat_request(body, w.ctx)
+                           : loom::gateway::build_completion_request(body, w.ctx);
         if (r.prompts.empty() || r.n < 1 || r.n > 128 || r.stop.size() > 4 || r.top_logprobs < 0 || r.top_logprobs > 20)
             __builtin_trap();
         for (const auto& p : r.prompts) {
