@@ -232,7 +232,8 @@ class Soak:
         r = c.getresponse()
         r.read()
         c.close()
-        self.stats.add("bad", 400 <= r.status < 500, "status %d" % r.status)
+        # 4xx; or 503 while the engine restarts (the gateway says so before it validates)
+        self.stats.add("bad", 400 <= r.status < 500 or r.status == 503, "status %d" % r.status)
 
     # --- the run -------------------------------------------------------------------
     def quiesce(self):
@@ -260,12 +261,6 @@ class Soak:
         end = t0 + a.duration
         while time.time() < end:
             now = time.time()
-            if now >= next_kill:
-                eng = self.engine()
-                if eng:
-                    os.kill(eng, signal.SIGKILL)
-                    kills += 1
-                next_kill = now + a.kill_every
             if now >= next_sample:
                 eng = self.engine()
                 samples.append({"t": round(now - t0, 1), "gateway_rss_kib": rss_kib(self.gw.pid),
@@ -278,6 +273,12 @@ class Soak:
                     s["t"], s["gateway_rss_kib"], s["gateway_fds"], s["engine_pid"], s["engine_rss_kib"],
                     s["engine_fds"], s["requests"]), flush=True)
                 next_sample = now + a.interval
+            if now >= next_kill:
+                eng = self.engine()
+                if eng:
+                    os.kill(eng, signal.SIGKILL)
+                    kills += 1
+                next_kill = now + a.kill_every
             time.sleep(0.05)
         end_rss, end_fds = self.quiesce()
         eng = self.engine()
@@ -297,6 +298,11 @@ class Soak:
         report = {
             "duration_s": a.duration, "clients": a.clients, "kills": kills,
             "restarts_logged": sum("restarting the engine" in l for l in self.log),
+            "engine_ends_logged": sorted({re.sub(r"\d+ ms", "N ms", l.strip()[len("loom-gateway: "):])
+                                          for l in self.log if "the engine" in l and ("exited" in l or "PING" in l
+                                                                                      or "stopped" in l)}),
+            "restart_delays_ms": [int(m.group(1)) for m in (re.search(r"restarting the engine in (\d+) ms", l)
+                                                           for l in self.log) if m],
             "idle_after_warmup": {"gateway_rss_kib": base_rss, "gateway_fds": base_fds},
             "idle_at_end": {"gateway_rss_kib": end_rss, "gateway_fds": end_fds, "engine_rss_kib": end_engine[0],
                             "engine_fds": end_engine[1]},
