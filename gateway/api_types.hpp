@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gateway/output_options.hpp"
 #include "protocol/protocol.hpp"
 
 namespace loom::gateway {
@@ -45,6 +46,8 @@ struct GenerationRequest {
     bool stream = false;
     bool include_usage = false;                 ///< stream_options.include_usage
     bool tokens_as_ids = false;                 ///< return_tokens_as_token_ids (vLLM): token = "token_id:<id>"
+    OutputOptions output;                       ///< chat: how to split the output (tool calls, reasoning)
+    std::optional<OutputConstraint> constraint; ///< grammar the engine must enforce (needs its `grammar` capability)
 };
 
 }  // namespace loom::gateway

@@ -8,14 +8,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "gateway/api_types.hpp"
+#include "gateway/output_split.hpp"
 #include "gateway/response_json.hpp"
 #include "gateway/text_assembler.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 #include "protocol/protocol.hpp"
 
 namespace loom::gateway {
@@ -57,23 +59,33 @@ public:
     bool done() const { return done_; }
     /// True once a stop string matched (the engine request is then cancelled).
     bool stopped() const { return text_asm_.stopped(); }
-    /// "stop" or "length" after DONE; nullopt before, or after ERR.
-    const std::optional<std::string>& finish_reason() const { return finish_; }
+    /// "stop", "length" or (a chat that made tool calls) "tool_calls" after DONE;
+    /// nullopt before, or after ERR.
+    std::optional<std::string> finish_reason() const;
+    /// True once, when the output parser wants the generation to end (the first call
+    /// is complete and parallel_tool_calls is false): the caller cancels the engine
+    /// request.
+    bool take_output_end();
     /// Tokens this choice generated, for `usage`: those up to and including the one
     /// that completed a stop string, else DONE's completion_tokens.
     int64_t completion_tokens() const;
+    /// DONE's cached_tokens: prompt tokens the engine took from its prefix cache.
+    int64_t cached_tokens() const { return cached_tokens_; }
 
     /// Non-streamed: appends `rel` to the text and entries kept for the response.
     void keep(Released rel);
-    /// Streamed: the chunk of `rel` with `finish`; its text_offset is the number of
-    /// characters this choice sent before it.
-    ChoiceOut chunk(Released rel, std::optional<std::string> finish);
+    /// Streamed: the chunks of `rel` with `finish` on the last (none when there is
+    /// nothing to send); a text_offset is the number of characters this choice sent
+    /// before it. A chat whose output is split (tool calls, reasoning) sends content and
+    /// reasoning in one chunk, then one chunk per tool-call delta.
+    std::vector<ChoiceOut> chunks(Released rel, std::optional<std::string> finish);
     /// Non-streamed: the whole choice (kept text and entries, finish reason); moves the
     /// kept text and entries out.
     ChoiceOut take_whole();
 
 private:
     Released echo_rest();
+    SplitDelta split(Released rel);  // through split_, finishing it after DONE
 
     const GenerationRequest& req_;
     int index_ = 0;
@@ -85,8 +97,14 @@ private:
     std::vector<LogprobEntry> entries_;  // non-streamed: all released entries
     std::optional<std::string> finish_;
     int64_t engine_tokens_ = 0;          // completion_tokens from DONE
+    int64_t cached_tokens_ = 0;          // cached_tokens from DONE
     int64_t char_offset_ = 0;            // characters already sent (text_offset)
     bool done_ = false;
+    std::unique_ptr<OutputSplitter> split_;  // chat with tool calls or reasoning to split off
+    std::string reasoning_;                  // non-streamed, split: all reasoning
+    std::vector<LogprobEntry> reasoning_entries_;
+    std::vector<ToolCallDelta> calls_;       // non-streamed, split: each call whole
+    bool output_end_taken_ = false;
 };
 
 }  // namespace loom::gateway

@@ -6,6 +6,7 @@
 // Source: the OpenAI API reference (completions and chat completions, streamed and
 // not; `n`, `echo`, `stop`, `stream_options.include_usage`; the error object), and
 // vLLM's serving layer (one request builder per endpoint in front of a shared engine).
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <variant>
@@ -42,6 +43,10 @@ void check_against_engine(const GenerationRequest& g, const protocol::Hello& h) 
          "penalties", "presence_penalty");
     need(s.processed_logprobs, cap::kProcessedLogprobs, "logprobs_mode=processed", "logprobs_mode");
     need(s.seed.has_value(), cap::kSeed, "seed", "seed");
+    if (g.constraint)  // the seam for the grammar engine: tool_request.hpp builds the constraint
+        need(true, cap::kGrammar,
+             (std::string("grammar-constrained decoding, which '") + g.constraint->param + "' needs").c_str(),
+             g.constraint->param.c_str());
     if (g.logprobs && g.top_logprobs > h.max_logprobs)
         throw ApiError(400, "the engine returns at most " + std::to_string(h.max_logprobs) + " top logprobs",
                        "top_logprobs");
@@ -88,7 +93,12 @@ std::vector<std::unique_ptr<Choice>> submit_choices(App& app, const GenerationRe
 Usage usage_of(const GenerationRequest& g, const std::vector<std::unique_ptr<Choice>>& choices) {
     Usage u;
     for (const auto& p : g.prompts) u.prompt_tokens += static_cast<int64_t>(p.size());  // once per prompt, whatever n
-    for (const auto& c : choices) u.completion_tokens += c->completion_tokens();
+    std::vector<int64_t> cached(g.prompts.size(), 0);  // per prompt, counted once like prompt_tokens
+    for (const auto& c : choices) {
+        u.completion_tokens += c->completion_tokens();
+        cached[c->prompt_index()] = std::max(cached[c->prompt_index()], c->cached_tokens());
+    }
+    for (int64_t n : cached) u.cached_tokens += n;
     return u;
 }
 

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "gateway/server.hpp"
-#include "model/gguf.hpp"
+#include "model/gguf/gguf.hpp"
 
 namespace po = boost::program_options;
 using namespace loom::gateway;
@@ -88,7 +88,7 @@ asio::awaitable<void> drain(asio::io_context& io, App& app, int sig, std::chrono
 int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);  // a dead engine or client must not kill the gateway
     ensure_std_fds();
-    std::string model, engine, host, model_id, api_key, api_key_file, engine_log;
+    std::string model, engine, host, model_id, api_key, api_key_file, engine_log, tool_parser, reasoning_parser;
     int port = 8080, ctx = 0, restart_limit = 5;
     size_t max_body = 8u << 20;
     double request_timeout = 0, shutdown_timeout = 30, write_timeout = 30, ping_interval = 5, ping_timeout = 10;
@@ -116,7 +116,11 @@ int main(int argc, char** argv) {
         ("engine-ping-interval", po::value(&ping_interval)->default_value(5), "seconds between liveness checks of an engine that announces 'ping' (PING/PONG, docs/protocol.md; 0: none)")
         ("engine-ping-timeout", po::value(&ping_timeout)->default_value(10), "seconds an engine has to answer PING; then it is killed and restarted")
         ("engine-restart-limit", po::value(&restart_limit)->default_value(5), "engines dying young (before HELLO or within 3 s of it) this many times in a row make /health report 'unhealthy' (restarts go on, the delay doubling from 200 ms to 30 s)")
-        ("engine-log", po::value(&engine_log), "write every protocol line to this file ('> ' sent, '< ' received)");
+        ("engine-log", po::value(&engine_log), "write every protocol line to this file ('> ' sent, '< ' received)")
+        ("tool-parser", po::value(&tool_parser)->default_value("auto"),
+         ("syntax of the model's tool calls: auto (from its chat template) or one of " + tool_family_names()).c_str())
+        ("reasoning-parser", po::value(&reasoning_parser)->default_value("auto"),
+         ("syntax of the model's reasoning: auto (from its chat template) or one of " + reasoning_family_names()).c_str());
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -156,6 +160,14 @@ int main(int argc, char** argv) {
     }
     if (api_key.empty())
         if (const char* k = std::getenv("LOOM_API_KEY")) api_key = k;
+    const auto tools = tool_parser == "auto" ? std::optional<ToolFamily>() : tool_family_from_name(tool_parser);
+    const auto reasoning =
+        reasoning_parser == "auto" ? std::optional<ReasoningFamily>() : reasoning_family_from_name(reasoning_parser);
+    if ((tool_parser != "auto" && !tools) || (reasoning_parser != "auto" && !reasoning)) {
+        std::cerr << "loom-gateway: --tool-parser takes auto, " << tool_family_names()
+                  << "; --reasoning-parser takes auto, " << reasoning_family_names() << "\n";
+        return 2;
+    }
 
     // The io_context outlives the App: the engine's pipes must be closed (in
     // ~EngineClient) while the io_context that owns their reactor still exists.
@@ -174,6 +186,11 @@ int main(int argc, char** argv) {
         auto file = loom::model::GgufFile::open(model);
         app.tokenizer = loom::model::Tokenizer::from_gguf(file);
         app.chat = std::make_unique<ChatRenderer>(app.tokenizer->vocab());
+        const std::string& tmpl = app.tokenizer->vocab().chat_template;
+        app.chat_format.tools = tools.value_or(detect_tool_family(tmpl));
+        app.chat_format.reasoning = reasoning.value_or(detect_reasoning_family(tmpl));
+        std::cerr << "loom-gateway: chat output: tool calls " << tool_family_name(app.chat_format.tools)
+                  << ", reasoning " << reasoning_family_name(app.chat_format.reasoning) << "\n";
     } catch (const std::exception& e) {
         std::cerr << "loom-gateway: cannot use " << model << ": " << e.what() << "\n";
         return 1;

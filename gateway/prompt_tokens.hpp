@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gateway/api_types.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 

@@ -14,7 +14,8 @@
 #include <rapidjson/document.h>
 
 #include "gateway/api_types.hpp"
-#include "model/tokenizer.hpp"
+#include "gateway/output_options.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 
@@ -31,6 +32,8 @@ struct ModelContext {
     /// True when the rendered chat text already starts with BOS when needed (a chat
     /// template prints bos_token itself); false: the tokenizer adds BOS.
     bool template_adds_bos = false;
+    ChatFormat chat_format;                 ///< tool-call and reasoning syntax of the chat output
+    std::string chat_template;              ///< the GGUF's chat template ("" for none)
 };
 
 /// Parses a request body (parse_json_body(): strict JSON). Throws ApiError(400) when it

@@ -13,7 +13,7 @@
 #include <rapidjson/document.h>
 
 #include "gateway/api_types.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 #include "protocol/protocol.hpp"
 
 namespace loom::gateway {

@@ -390,6 +390,8 @@ ModelContext App::model_context() const {
     ctx.tokenizer = tokenizer.get();
     ctx.n_ctx = engine->hello().n_ctx;
     ctx.template_adds_bos = chat->has_template();
+    ctx.chat_format = chat_format;
+    ctx.chat_template = tokenizer->vocab().chat_template;
     const ChatRenderer* c = chat.get();
     ctx.render_chat = [c](const rapidjson::Value& m, const rapidjson::Value* t, bool g, const rapidjson::Value* k) {
         return c->render(m, t, g, k);

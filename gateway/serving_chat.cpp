@@ -2,8 +2,10 @@
 #include "gateway/serving_chat.hpp"
 
 #include "gateway/json_fields.hpp"
+#include "gateway/known_params.hpp"
 #include "gateway/quote.hpp"
 #include "gateway/prompt_tokens.hpp"
+#include "gateway/tool_request.hpp"
 
 namespace loom::gateway {
 namespace {
@@ -53,25 +55,29 @@ void validate_messages(const Value& msgs) {
     for (const Value& m : msgs.GetArray()) validate_message(m, "messages[" + std::to_string(i++) + "]");
 }
 
-std::string render_chat_prompt(const Value& body, const ModelContext& ctx) {
+std::string render_chat_prompt(const Value& body, const ModelContext& ctx, const Value* template_kwargs) {
     const Value* msgs = find_field(body, "messages");
     if (!msgs) bad_request("messages", "'messages' is required");
     validate_messages(*msgs);
+    const rapidjson::Document messages = messages_for_template(*msgs);
     const Value* tools = find_field(body, "tools");
     if (tools && !tools->IsArray()) bad_request("tools", "'tools' must be an array");
-    const Value* kwargs = find_field(body, "chat_template_kwargs");
-    if (kwargs && !kwargs->IsObject()) bad_request("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     const bool add_gen = boolean_field(body, "add_generation_prompt", true);
-    return ctx.render_chat(*msgs, tools, add_gen, kwargs);
+    return ctx.render_chat(messages, tools, add_gen, template_kwargs && !template_kwargs->IsNull() ? template_kwargs : nullptr);
 }
 
 GenerationRequest build_chat_request(std::string_view body_text, const ModelContext& ctx) {
     const rapidjson::Document body = parse_json_object(body_text);
+    check_known_params(body, ParamSet::Chat);
     GenerationRequest r = parse_common_fields(body, Endpoint::ChatCompletions, ctx);
     parse_logprobs(body, r);
     if (r.max_tokens && *r.max_tokens == 0)
         bad_request("max_tokens", "'max_tokens' must be at least 1 for chat completions");
-    const std::string text = render_chat_prompt(body, ctx);
+    OutputRequest out = parse_output_request(body, true, ctx.chat_format, ctx.chat_template);
+    const std::string text = render_chat_prompt(body, ctx, &out.template_kwargs);
+    r.output = out.output;
+    r.output.inside_reasoning = prompt_opens_reasoning(text, reasoning_syntax(r.output.reasoning));
+    r.constraint = std::move(out.constraint);
     r.prompts.push_back(
         tokenize_prompt(*ctx.tokenizer, text, !ctx.template_adds_bos, "messages", "the rendered chat prompt is empty"));
     check_context_length(r, ctx.n_ctx, "messages");

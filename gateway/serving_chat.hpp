@@ -24,14 +24,18 @@ namespace loom::gateway {
 /// the bad field, e.g. "messages[1].role".
 void validate_messages(const rapidjson::Value& messages);
 
-/// The prompt text of chat request `body`: its messages (validated), `tools` (an array)
-/// and `chat_template_kwargs` (an object) rendered by ctx.render_chat, with the
-/// generation prompt unless `add_generation_prompt` is false. Throws ApiError(400) for
-/// invalid fields, and what ctx.render_chat throws (a template's raise_exception).
-std::string render_chat_prompt(const rapidjson::Value& body, const ModelContext& ctx);
+/// The prompt text of chat request `body`: its messages (validated; tool-call arguments
+/// made objects, messages_for_template()), `tools` (an array) and `template_kwargs`
+/// (chat_template_kwargs with reasoning_effort, from parse_output_request(); null or
+/// Null for none) rendered by ctx.render_chat, with the generation prompt unless
+/// `add_generation_prompt` is false. Throws ApiError(400) for invalid fields, and what
+/// ctx.render_chat throws (a template's raise_exception).
+std::string render_chat_prompt(const rapidjson::Value& body, const ModelContext& ctx,
+                               const rapidjson::Value* template_kwargs = nullptr);
 
-/// The GenerationRequest of a POST /v1/chat/completions `body` (JSON text): the shared
-/// fields (parse_common_fields()), `logprobs` (a boolean) and `top_logprobs` (0..20,
+/// The GenerationRequest of a POST /v1/chat/completions `body` (JSON text): every member
+/// known (check_known_params()), the shared fields (parse_common_fields()), tools and
+/// the rest of the output's shape (parse_output_request()), `logprobs` (a boolean) and `top_logprobs` (0..20,
 /// only with logprobs), max_tokens at least 1 when given (absent: until the context is
 /// full), and the rendered chat tokenized (BOS added unless the chat template writes
 /// it) and checked against ctx.n_ctx. Throws ApiError: 400 for invalid input or a

@@ -2,7 +2,9 @@
 #include "gateway/serving_completions.hpp"
 
 #include "gateway/json_fields.hpp"
+#include "gateway/known_params.hpp"
 #include "gateway/prompt_tokens.hpp"
+#include "gateway/tool_request.hpp"
 
 namespace loom::gateway {
 namespace {
@@ -78,7 +80,9 @@ std::vector<std::vector<int32_t>> tokenize_completion_prompts(const std::vector<
 
 GenerationRequest build_completion_request(std::string_view body_text, const ModelContext& ctx) {
     const rapidjson::Document body = parse_json_object(body_text);
+    check_known_params(body, ParamSet::Completions);
     GenerationRequest r = parse_common_fields(body, Endpoint::Completions, ctx);
+    r.constraint = parse_output_request(body, false, ctx.chat_format, ctx.chat_template).constraint;
     parse_logprobs(body, r);
     r.echo = boolean_field(body, "echo", false);
     if (find_field(body, "suffix")) bad_request("suffix", "'suffix' is not supported");

@@ -16,7 +16,7 @@
 
 #include "gateway/api_types.hpp"
 #include "gateway/request_parser.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 
@@ -38,8 +38,9 @@ std::vector<CompletionPrompt> completion_prompts(const rapidjson::Value& body, c
 std::vector<std::vector<int32_t>> tokenize_completion_prompts(const std::vector<CompletionPrompt>& prompts,
                                                               const model::Tokenizer& tok);
 
-/// The GenerationRequest of a POST /v1/completions `body` (JSON text): the shared fields
-/// (parse_common_fields()), `logprobs` (an integer 0..20; a boolean is refused), `echo`,
+/// The GenerationRequest of a POST /v1/completions `body` (JSON text): every member
+/// known (check_known_params()), the shared fields (parse_common_fields()), a grammar
+/// constraint (response_format, guided_*; parse_output_request()), `logprobs` (an integer 0..20; a boolean is refused), `echo`,
 /// `suffix` (refused: not supported), max_tokens defaulting to 16, and the prompts
 /// tokenized and checked against ctx.n_ctx. Throws ApiError: 400 for invalid input or a
 /// prompt too long for the context, 404 for an unknown model.

@@ -144,7 +144,9 @@ asio::awaitable<bool> StreamDriver::on_event(Choice& c, const EngineEvent& ev) {
         if (c.stopped()) co_return true;  // sent before the engine saw our CANCEL
         Released rel = c.on_token(t->token, t->lp ? &*t->lp : nullptr);
         if (c.stopped()) engine_.cancel(c.engine_id);
-        co_return co_await deliver(c, std::move(rel), std::nullopt);
+        const bool ok = co_await deliver(c, std::move(rel), std::nullopt);
+        if (c.take_output_end()) engine_.cancel(c.engine_id);  // parallel_tool_calls: false, first call done
+        co_return ok;
     }
     if (const auto* plp = std::get_if<protocol::PromptLogprobs>(&ev))
         co_return co_await deliver(c, c.on_prompt_logprobs(*plp), std::nullopt);
@@ -165,9 +167,9 @@ asio::awaitable<bool> StreamDriver::deliver(Choice& c, Released rel, std::option
         c.keep(std::move(rel));
         co_return true;
     }
-    if (rel.empty() && !finish) co_return true;
-    const ChoiceOut out = c.chunk(std::move(rel), std::move(finish));
-    co_return co_await sse_.event(stream_chunk(req_, meta_, tok_, &out, nullptr));
+    for (const ChoiceOut& out : c.chunks(std::move(rel), std::move(finish)))
+        if (!co_await sse_.event(stream_chunk(req_, meta_, tok_, &out, nullptr))) co_return false;
+    co_return true;
 }
 
 asio::awaitable<bool> StreamDriver::end(const Usage& usage) {

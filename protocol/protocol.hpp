@@ -35,6 +35,7 @@ inline constexpr char kPenalties[] = "penalties";                ///< presence, 
 inline constexpr char kLogitBias[] = "logit_bias";               ///< `logit_bias=`
 inline constexpr char kProcessedLogprobs[] = "processed_logprobs";  ///< `logprobs_mode=processed`
 inline constexpr char kSeed[] = "seed";                          ///< `seed=` gives reproducible sampling
+inline constexpr char kGrammar[] = "grammar";                    ///< grammar-constrained decoding (no engine yet)
 inline constexpr char kPing[] = "ping";                          ///< PING, answered with PONG at once
 }  // namespace cap
 
@@ -87,14 +88,16 @@ struct PromptLogprobs {
     std::vector<TokenLogprob> top;
 };
 
-/// `DONE <id> <finish> prompt_tokens=N completion_tokens=M`.
+/// `DONE <id> <finish> prompt_tokens=N completion_tokens=M [cached_tokens=C]`.
 /// finish: "stop" (an end-of-generation token; it is not sent as T), "length"
-/// (max_tokens or the context is full) or "cancelled".
+/// (max_tokens or the context is full) or "cancelled". cached_tokens: prompt tokens whose KV
+/// came from the prefix cache, written only when > 0 (absent reads as 0).
 struct Done {
     std::string id;
     std::string finish;
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;
+    int64_t cached_tokens = 0;
 };
 
 /// `ERR <id> <message>`: the request failed; message is free text to the end of the

@@ -32,6 +32,10 @@ Options:
   --long-line N        right after HELLO write a line of N bytes
   --hello-delay S      wait S seconds before HELLO (a slow-loading model)
   --token-delay S      wait S seconds before each token
+  --script FILE        on each GEN emit the token ids in FILE (comma-separated, read at
+                       that GEN) instead, up to max_tokens, with logprob -0.01*(i+1) for
+                       the i-th (itself as the one top logprob); DONE stop when all were
+                       sent (as if an end-of-generation token came next), else length
 """
 import os
 import select
@@ -60,6 +64,7 @@ ignore_max = "--ignore-max-tokens" in args
 token_id = int(opt(args, "--token-id", "261"))
 top = int(opt(args, "--top", "0"))
 err_size = int(opt(args, "--err-size", "0"))
+script = opt(args, "--script")
 seen = 0
 if state and os.path.exists(state):
     seen = int(open(state).read() or 0)
@@ -152,6 +157,18 @@ while True:
             time.sleep(3600)
     if err_size:
         send("ERR %s %s\n" % (rid, "x" * err_size))
+        continue
+    if script:
+        ids = [int(x) for x in open(script).read().split(",") if x.strip()]
+        n = min(int(kv.get("max_tokens", len(ids))), len(ids))
+        for i, t in enumerate(ids[:n]):
+            text = "T %s %d\n" % (rid, t)
+            if "logprobs" in kv:
+                lp = -0.01 * (i + 1)
+                text += "LP %s %s%s\n" % (rid, repr(lp), " %d:%s" % (t, repr(lp)) if int(kv["logprobs"]) > 0 else "")
+            send(text)
+        send("DONE %s %s prompt_tokens=%d completion_tokens=%d\n"
+             % (rid, "stop" if n == len(ids) else "length", len(kv["prompt"].split(",")), n))
         continue
     dying = seen in die_at
     if dying:

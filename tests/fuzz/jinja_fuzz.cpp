@@ -1,4 +1,4 @@
-// libFuzzer target for the Jinja lexer and parser (gateway/templates: tokenize(),
+// libFuzzer target for the Jinja lexer and parser (jinja/: tokenize(),
 // Parser, analyze_scopes via parse_template), which read chat templates from GGUF files.
 //
 // Any source must be tokenized and parsed, or refused with TemplateError, without a
@@ -10,9 +10,9 @@
 #include <string>
 #include <string_view>
 
-#include "gateway/templates/ast.hpp"
-#include "gateway/templates/jinja.hpp"
-#include "gateway/templates/lexer.hpp"
+#include "jinja/ast.hpp"
+#include "jinja/jinja.hpp"
+#include "jinja/lexer.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view src(reinterpret_cast<const char*>(data), size);

@@ -1,6 +1,6 @@
 // libFuzzer target for the OpenAI request parser: the request builders
 // (serving_completions, serving_chat), the shared fields (request_parser), strict JSON
-// (json_input) and chat_prompt with a chat template rendered by gateway/templates. The
+// (json_input) and chat_prompt with a chat template rendered by jinja/. The
 // first byte picks /v1/completions or /v1/chat/completions, the rest is the body.
 //
 // Any body must be accepted or refused with ApiError (4xx) without a crash, another
@@ -39,6 +39,7 @@ struct World {
         ctx.tokenizer = tok.get();
         ctx.n_ctx = 4096;
         ctx.template_adds_bos = true;
+        ctx.chat_template = v.chat_template;
         const auto* c = chat.get();
         ctx.render_chat = [c](const rapidjson::Value& m, const rapidjson::Value* t, bool g, const rapidjson::Value* k) {
             return c->render(m, t, g, k);

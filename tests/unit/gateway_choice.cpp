@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "gateway/choice.hpp"
-#include "model/gguf.hpp"
+#include "model/gguf/gguf.hpp"
 #include "test_paths.hpp"
 
 using namespace loom;
@@ -91,7 +91,7 @@ TEST_CASE("echo: prompt tokens with their PLP logprobs, then the completion") {
 TEST_CASE("chat gives special tokens no bytes; stream chunks carry their text offsets") {
     const GenerationRequest r = request(Endpoint::ChatCompletions);
     Choice c(tok(), r, 1, 0);
-    ChoiceOut a = c.chunk(c.on_token(432, nullptr), std::nullopt);
+    ChoiceOut a = c.chunks(c.on_token(432, nullptr), std::nullopt).at(0);
     CHECK(a.index == 1);
     CHECK(a.text == ",");
     CHECK(a.text_offset == 0);
@@ -99,11 +99,11 @@ TEST_CASE("chat gives special tokens no bytes; stream chunks carry their text of
     CHECK(bos.text.empty());
     REQUIRE(bos.entries.size() == 1);
     CHECK(bos.entries[0].special);
-    ChoiceOut b = c.chunk(c.on_token(383, nullptr), std::nullopt);
+    ChoiceOut b = c.chunks(c.on_token(383, nullptr), std::nullopt).at(0);
     CHECK(b.text == " there");
     CHECK(b.text_offset == 1);
     Released rest = c.on_done(done("stop", 3));
-    ChoiceOut last = c.chunk(std::move(rest), c.finish_reason());
+    ChoiceOut last = c.chunks(std::move(rest), c.finish_reason()).at(0);
     CHECK(last.finish_reason == "stop");
     CHECK(last.text_offset == 7);
 }

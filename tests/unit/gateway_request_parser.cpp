@@ -147,7 +147,7 @@ TEST_CASE("validation errors carry status, param and code") {
         {R"({"model":"m","prompt":"x","max_tokens":-1})", 400, "max_tokens", ""},
         {R"({"model":"m","prompt":"x","max_tokens":33})", 400, "max_tokens", ""},
         {R"({"model":"m","prompt":"x","max_tokens":31})", 400, "max_tokens", "context_length_exceeded"},
-        {R"({"model":"m","prompt":"x","suffix":"y"})", 400, "suffix", ""},
+        {R"({"model":"m","prompt":"x","suffix":"y"})", 400, "suffix", "unsupported_parameter"},
         {R"({"model":"m","messages":[]})", 400, "messages", "", Endpoint::ChatCompletions},
         {R"({"model":"m"})", 400, "messages", "", Endpoint::ChatCompletions},
         {R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", 400, "messages[0].role", "",

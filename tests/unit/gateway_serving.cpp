@@ -8,8 +8,8 @@
 #include "gateway/prompt_tokens.hpp"
 #include "gateway/serving_chat.hpp"
 #include "gateway/serving_completions.hpp"
-#include "model/gguf.hpp"
-#include "model/tokenizer.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 #include "test_paths.hpp"
 
 using namespace loom;
