@@ -215,7 +215,12 @@ asio::awaitable<EngineClient::RunResult> EngineClient::run_once() {
             }
             continue;
         }
-        dispatch(line);
+        try {
+            dispatch(line);
+        } catch (const std::exception& e) {  // a bug of ours: restart the engine rather than stop reading it
+            run->fail_reason = "internal error on an engine line: " + cut(e.what());
+            break;
+        }
         if (out_bytes_ > kMaxPendingInput && run->fail_reason.empty()) {
             run->fail_reason = "the engine does not read its input (" + std::to_string(out_bytes_ >> 20) +
                                " MiB waiting)";
@@ -382,7 +387,9 @@ void EngineClient::dispatch(const std::string& line) {
                     if constexpr (terminal) routes_.erase(it);
                     return;
                 }
-                auto bad = [&](const std::string& msg) { abandon(l.id, r, "engine protocol error: " + msg, true); };
+                // The route's key, not l.id: l may be moved into the queue before an abandon below.
+                const std::string& rid = it->first;
+                auto bad = [&](const std::string& msg) { abandon(rid, r, "engine protocol error: " + msg, true); };
                 auto in_vocab = [&](int32_t id) { return id >= 0 && id < hello_.n_vocab; };
                 auto bad_pairs = [&](const std::vector<protocol::TokenLogprob>& top) {
                     for (const auto& [id, lp] : top)
@@ -419,7 +426,7 @@ void EngineClient::dispatch(const std::string& line) {
                     return;
                 }
                 if (!delivered)
-                    abandon(l.id, r,
+                    abandon(rid, r,
                             "the client does not read its response (" + std::to_string(EventQueue::kMaxEvents) +
                                 " events waiting); cancelled",
                             false);

@@ -198,9 +198,12 @@ class SlowReader(unittest.TestCase):
             s = socket.socket()
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             s.connect(("127.0.0.1", gw.port))
-            body = json.dumps({"model": NAME, "prompt": "Once upon a time", "max_tokens": 1000000, "logprobs": 20,
-                               "stream": True}).encode()
-            s.sendall(request_bytes("POST", "/v1/completions", json.loads(body)))
+            # Chat's logprobs (a bytes array for every one of 20 alternatives) make ~2 KB of SSE a
+            # token: the gateway's send buffer (up to tcp_wmem's 4 MiB) fills after a few thousand
+            # tokens, within seconds even when the Python fake engine runs slow on a loaded machine.
+            body = {"model": NAME, "messages": [{"role": "user", "content": "Once upon a time"}],
+                    "max_tokens": 1000000, "logprobs": True, "top_logprobs": 20, "stream": True}
+            s.sendall(request_bytes("POST", "/v1/chat/completions", body))
             self.assertTrue(s.recv(1000).startswith(b"HTTP/1.1 200"))
             # Stop reading. The gateway must cancel the request and close the connection.
             peak = rss0
