@@ -5,8 +5,10 @@
 # them, and the benchmarks (tools/bench_gpu.py). Logs go to $OUT (or ./gpu-out) as it runs, and a
 # summary is printed last.
 #
-# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler small small16 gen check8b bench sass ncu
-# (default: all). small checks the F32 KV pool (--kv-f32) against the tolerances of the CPU
+# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler small small16 gen check8b core bench
+# serving sass ncu (default: all but serving). core runs tests/e2e/test_engine_core.py's
+# batching/chunking/prefix/preemption cases on loom-engine-cuda; serving runs
+# tools/bench_serving.py at the engine protocol (SERVING_RUNS, SERVING_MODELS, SERVING_OPTS). small checks the F32 KV pool (--kv-f32) against the tolerances of the CPU
 # engine, small16 the default F16 pool against its own. bench also times the variants in
 # $BENCH_VARIANTS (bench_gpu.py --variant NAME:ARGS: the F32 pool and --batch-invariant by
 # default); BENCH_SKIP_GATEWAY=1 leaves out the gateway figures. sass writes the single-row
@@ -23,9 +25,31 @@
 # folder: $LOOM_SHARED_DIR, else ../shared beside the repository).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+T_START=$(date +%s)  # BUDGET_S (below) counts from here, the build included
 if [ -n "${BUILD_DIR:-}" ]; then
-  scripts/build.sh "$BUILD_DIR" -DLOOM_CUDA=ON || { echo "gpu_check: the build in $BUILD_DIR failed" >&2; exit 1; }
+  # The GPU machine has CUDA, CMake and Ninja but no RapidJSON, PCRE2 or ICU (and perhaps no
+  # Boost): without them configure with LOOM_GATEWAY=OFF and build only the targets there are.
+  gw=ON
+  { [ -f /usr/include/rapidjson/document.h ] && pkg-config --exists libpcre2-8 icu-uc; } 2>/dev/null || gw=OFF
+  t0=$(date +%s)
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DLOOM_GATEWAY=$gw \
+    >"${OUT:-/tmp}/configure.log" 2>&1 || { cat "${OUT:-/tmp}/configure.log" >&2; echo "gpu_check: configure failed" >&2; exit 1; }
+  have=$(ninja -C "$BUILD_DIR" -t targets all | sed -n 's/^\(loom-[a-z0-9-]*\): phony$/\1/p')
+  want_t=()
+  for t in loom-engine-cuda loom-engine-cpu loom-make-model loom-gpu-bench loom-gpu-sampler-test loom-gateway; do
+    grep -qx "$t" <<<"$have" && want_t+=("$t")
+  done
+  ninja -C "$BUILD_DIR" -j "${LOOM_JOBS:-$(nproc)}" "${want_t[@]}" >"${OUT:-/tmp}/build.log" 2>&1 ||
+    { tail -40 "${OUT:-/tmp}/build.log" >&2; echo "gpu_check: the build in $BUILD_DIR failed" >&2; exit 1; }
+  echo "gpu_check: built ${want_t[*]} (LOOM_GATEWAY=$gw) in $(( $(date +%s) - t0 )) s"
   BIN="$BUILD_DIR/bin"
+  # A binary this machine could not build (loom-engine-cpu without Boost) comes from FALLBACK_BIN.
+  if [ -n "${FALLBACK_BIN:-}" ]; then
+    for f in "$FALLBACK_BIN"/loom-*; do
+      [ -e "$BIN/$(basename "$f")" ] || { cp "$f" "$BIN/" && echo "gpu_check: $(basename "$f") from $FALLBACK_BIN"; }
+    done
+    [ -d "$FALLBACK_BIN/lib" ] && export LD_LIBRARY_PATH="$(cd "$FALLBACK_BIN/lib" && pwd):${LD_LIBRARY_PATH:-}"
+  fi
 fi
 if [ -z "${BIN:-}" ]; then
   echo "gpu_check: set BIN=DIR (prebuilt binaries) or BUILD_DIR=DIR (build here); see the header" >&2
@@ -43,12 +67,27 @@ if [ -d "$BIN/lib" ]; then
 fi
 export PYTHONUNBUFFERED=1
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler small small16 gen check8b bench sass ncu)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler small small16 gen check8b core bench sass ncu)
 BENCH_VARIANTS=${BENCH_VARIANTS:-"kvf32:--kv-f32 invariant:--batch-invariant"}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 
-want() { local s; for s in "${STAGES[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+# BUDGET_S: seconds this script may take from here; a stage that would start later than
+# BUDGET_S - STAGE_RESERVE_S (default 60) is skipped and noted, so the run ends inside a
+# device call's limit with its logs packed.
+want() {
+  local s
+  for s in "${STAGES[@]}"; do
+    if [ "$s" = "$1" ]; then
+      if [ -n "${BUDGET_S:-}" ] && [ $(( $(date +%s) - T_START )) -gt $(( BUDGET_S - ${STAGE_RESERVE_S:-60} )) ]; then
+        note "stage $1 skipped: out of time ($(( $(date +%s) - T_START )) s of BUDGET_S=$BUDGET_S)"
+        return 1
+      fi
+      return 0
+    fi
+  done
+  return 1
+}
 note() { echo "$*" | tee -a "$SUMMARY"; }
 stamp() { echo "=== $(date +%T) $*"; }
 
@@ -103,6 +142,38 @@ main() {
       --json "$OUT/bench.json" "${vargs[@]}" 2>&1 | tee "$OUT/bench.log"
     sed -n '/^== summary/,$p' "$OUT/bench.log" >>"$SUMMARY"
   fi
+  if want core; then
+    # The engine core v2 checks of tests/e2e/test_engine_core.py (alone, among 15 others, chunked
+    # by 16, preempted, behind a cached prefix; cancel frees blocks) on loom-engine-cuda: bitwise
+    # with --batch-invariant, logprobs within 2e-3 without.
+    stamp "engine core v2 on loom-engine-cuda (tests/e2e/test_engine_core.py EngineCore)"
+    LOOM_BIN="$BIN" LOOM_SHARED="$DATA" LOOM_CORE_ENGINE="$BIN/loom-engine-cuda" LOOM_CORE_TOL=2e-3 \
+      timeout 300 python3 tests/e2e/test_engine_core.py -v EngineCore 2>&1 | tee "$OUT/core.log"
+    note "engine core v2 (CUDA): $(grep -E '^(OK|FAILED)' "$OUT/core.log" | tail -1)"
+    grep -E '^(FAIL|ERROR):' "$OUT/core.log" >>"$SUMMARY"
+  fi
+  if want serving; then
+    # tools/bench_serving.py at the engine protocol, one run per SERVING_RUNS entry
+    # (name|scenarios|engine args, ';'-separated) on each of SERVING_MODELS; SERVING_OPTS are
+    # extra bench_serving.py options. Every run gets --parallel 256 first (the default is 8).
+    local runs r name scen args t m
+    IFS=';' read -ra runs <<<"${SERVING_RUNS:-base|concurrency,prefix|}"
+    for t in ${SERVING_MODELS:-q4_k_m}; do
+      m="$SHM/llama3-8b-$t.gguf"
+      for r in "${runs[@]}"; do
+        IFS='|' read -r name scen args <<<"$r"
+        stamp "serving $t $name: $scen ($args)"
+        local eargs=(--engine-arg=--parallel=256)
+        for a in $args; do eargs+=("--engine-arg=$a"); done
+        # shellcheck disable=SC2086
+        timeout "${SERVING_TIMEOUT:-300}" python3 tools/bench_serving.py --engine "$BIN/loom-engine-cuda" --model "$m" \
+          --scenarios "$scen" "${eargs[@]}" ${SERVING_OPTS:-} --json "$OUT/serving-$t-$name.json" 2>&1 |
+          tee "$OUT/serving-$t-$name.log"
+        note "serving $t $name ($scen; $args):"
+        sed -n '/^target /,$p' "$OUT/serving-$t-$name.log" >>"$SUMMARY"
+      done
+    done
+  fi
   if want sass; then
     stamp "machine code of the single-row matvec kernels (Q4_K, F16)"
     if command -v cuobjdump >/dev/null; then
@@ -144,3 +215,7 @@ for n, c in counts.items():
 }
 
 main 2>&1 | tee "$OUT/log"
+# A device call returns at most 8 files: everything but log and summary.txt goes in one archive.
+( cd "$OUT" && ls | grep -vx -e log -e summary.txt -e logs.tar.xz >/tmp/gpu_check_files.txt &&
+  [ -s /tmp/gpu_check_files.txt ] && tar cJf logs.tar.xz -T /tmp/gpu_check_files.txt &&
+  xargs rm -rf </tmp/gpu_check_files.txt ) || true
