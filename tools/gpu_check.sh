@@ -33,23 +33,29 @@ if [ -n "${BUILD_DIR:-}" ]; then
   { [ -f /usr/include/rapidjson/document.h ] && pkg-config --exists libpcre2-8 icu-uc; } 2>/dev/null || gw=OFF
   t0=$(date +%s)
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DLOOM_GATEWAY=$gw \
-    >"${OUT:-/tmp}/configure.log" 2>&1 || { cat "${OUT:-/tmp}/configure.log" >&2; echo "gpu_check: configure failed" >&2; exit 1; }
-  have=$(ninja -C "$BUILD_DIR" -t targets all | sed -n 's/^\(loom-[a-z0-9-]*\): phony$/\1/p')
+    >"${OUT:-/tmp}/configure.log" 2>&1 || { tail -30 "${OUT:-/tmp}/configure.log" >&2; echo "gpu_check: configure failed" >&2; }
+  have=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | sed -n 's/^\(loom-[a-z0-9-]*\): phony$/\1/p')
   want_t=()
   for t in loom-engine-cuda loom-engine-cpu loom-make-model loom-gpu-bench loom-gpu-sampler-test loom-gateway; do
     grep -qx "$t" <<<"$have" && want_t+=("$t")
   done
-  ninja -C "$BUILD_DIR" -j "${LOOM_JOBS:-$(nproc)}" "${want_t[@]}" >"${OUT:-/tmp}/build.log" 2>&1 ||
-    { tail -40 "${OUT:-/tmp}/build.log" >&2; echo "gpu_check: the build in $BUILD_DIR failed" >&2; exit 1; }
-  echo "gpu_check: built ${want_t[*]} (LOOM_GATEWAY=$gw) in $(( $(date +%s) - t0 )) s"
   BIN="$BUILD_DIR/bin"
+  if [ ${#want_t[@]} -gt 0 ] && ninja -C "$BUILD_DIR" -j "${LOOM_JOBS:-$(nproc)}" "${want_t[@]}" >"${OUT:-/tmp}/build.log" 2>&1; then
+    echo "gpu_check: built ${want_t[*]} (LOOM_GATEWAY=$gw) in $(( $(date +%s) - t0 )) s"
+  else
+    tail -40 "${OUT:-/tmp}/build.log" >&2 2>/dev/null
+    echo "gpu_check: the build in $BUILD_DIR failed" >&2
+    [ -x "${FALLBACK_BIN:-}/loom-engine-cuda" ] || exit 1
+    echo "gpu_check: running the prebuilt binaries of $FALLBACK_BIN instead" >&2
+    BIN="$FALLBACK_BIN"
+  fi
   # A binary this machine could not build (loom-engine-cpu without Boost) comes from FALLBACK_BIN.
-  if [ -n "${FALLBACK_BIN:-}" ]; then
+  if [ -n "${FALLBACK_BIN:-}" ] && [ "$BIN" != "$FALLBACK_BIN" ]; then
     for f in "$FALLBACK_BIN"/loom-*; do
       [ -e "$BIN/$(basename "$f")" ] || { cp "$f" "$BIN/" && echo "gpu_check: $(basename "$f") from $FALLBACK_BIN"; }
     done
-    [ -d "$FALLBACK_BIN/lib" ] && export LD_LIBRARY_PATH="$(cd "$FALLBACK_BIN/lib" && pwd):${LD_LIBRARY_PATH:-}"
   fi
+  [ -d "${FALLBACK_BIN:-}/lib" ] && export LD_LIBRARY_PATH="$(cd "$FALLBACK_BIN/lib" && pwd):${LD_LIBRARY_PATH:-}"
 fi
 if [ -z "${BIN:-}" ]; then
   echo "gpu_check: set BIN=DIR (prebuilt binaries) or BUILD_DIR=DIR (build here); see the header" >&2
