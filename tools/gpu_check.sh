@@ -5,8 +5,9 @@
 # them, and the benchmarks (tools/bench_gpu.py). Logs go to $OUT (or ./gpu-out) as it runs, and a
 # summary is printed last.
 #
-# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler small small16 gen check8b core bench
-# serving sass ncu (default: all but serving). core runs tests/e2e/test_engine_core.py's
+# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler small small16 gen check8b core
+# serving bench sass ncu (default: all but serving); CHECK8B_ARGS is one engine option for
+# check8b (e.g. --kv-f32). core runs tests/e2e/test_engine_core.py's
 # batching/chunking/prefix/preemption cases on loom-engine-cuda; serving runs
 # tools/bench_serving.py at the engine protocol (SERVING_RUNS, SERVING_MODELS, SERVING_OPTS). small checks the F32 KV pool (--kv-f32) against the tolerances of the CPU
 # engine, small16 the default F16 pool against its own. bench also times the variants in
@@ -81,6 +82,14 @@ SUMMARY="$OUT/summary.txt"
 # BUDGET_S: seconds this script may take from here; a stage that would start later than
 # BUDGET_S - STAGE_RESERVE_S (default 60) is skipped and noted, so the run ends inside a
 # device call's limit with its logs packed.
+# left N: N, or the seconds BUDGET_S leaves if fewer (at least 10): a stage's timeout.
+left() {
+  local l=$1
+  [ -n "${BUDGET_S:-}" ] && l=$(( BUDGET_S - ($(date +%s) - T_START) ))
+  [ "$l" -gt "$1" ] && l=$1
+  [ "$l" -lt 10 ] && l=10
+  echo "$l"
+}
 want() {
   local s
   for s in "${STAGES[@]}"; do
@@ -134,19 +143,11 @@ main() {
     for t in q4_k_m f16; do
       stamp "8B greedy check $t (GPU vs CPU engine)"
       timeout 240 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" \
-        --cpu-engine "$BIN/loom-engine-cpu" --model8b "$SHM/llama3-8b-$t.gguf" --steps "${STEPS8B:-64}" 2>&1 |
+        --cpu-engine "$BIN/loom-engine-cpu" --model8b "$SHM/llama3-8b-$t.gguf" --steps "${STEPS8B:-64}" \
+        ${CHECK8B_ARGS:+"--engine-arg=$CHECK8B_ARGS"} 2>&1 |
         tee "$OUT/check8b-$t.log"
       note "$(grep '^8B check' "$OUT/check8b-$t.log")"
     done
-  fi
-  if want bench; then
-    stamp "benchmark: backend, engine protocol, gateway"
-    local vargs=() v
-    for v in $BENCH_VARIANTS; do vargs+=(--variant "$v"); done
-    [ "${BENCH_SKIP_GATEWAY:-0}" = 1 ] && vargs+=(--skip-gateway)
-    timeout 420 python3 tools/bench_gpu.py --bin "$BIN" --models "$SHM/llama3-8b-f16.gguf" "$SHM/llama3-8b-q4_k_m.gguf" \
-      --json "$OUT/bench.json" "${vargs[@]}" 2>&1 | tee "$OUT/bench.log"
-    sed -n '/^== summary/,$p' "$OUT/bench.log" >>"$SUMMARY"
   fi
   if want core; then
     # The engine core v2 checks of tests/e2e/test_engine_core.py (alone, among 15 others, chunked
@@ -160,25 +161,33 @@ main() {
   fi
   if want serving; then
     # tools/bench_serving.py at the engine protocol, one run per SERVING_RUNS entry
-    # (name|scenarios|engine args, ';'-separated) on each of SERVING_MODELS; SERVING_OPTS are
-    # extra bench_serving.py options. Every run gets --parallel 256 first (the default is 8).
-    local runs r name scen args t m
-    IFS=';' read -ra runs <<<"${SERVING_RUNS:-base|concurrency,prefix|}"
-    for t in ${SERVING_MODELS:-q4_k_m}; do
-      m="$SHM/llama3-8b-$t.gguf"
-      for r in "${runs[@]}"; do
-        IFS='|' read -r name scen args <<<"$r"
-        stamp "serving $t $name: $scen ($args)"
-        local eargs=(--engine-arg=--parallel=256)
-        for a in $args; do eargs+=("--engine-arg=$a"); done
-        # shellcheck disable=SC2086
-        timeout "${SERVING_TIMEOUT:-300}" python3 tools/bench_serving.py --engine "$BIN/loom-engine-cuda" --model "$m" \
-          --scenarios "$scen" "${eargs[@]}" ${SERVING_OPTS:-} --json "$OUT/serving-$t-$name.json" 2>&1 |
-          tee "$OUT/serving-$t-$name.log"
-        note "serving $t $name ($scen; $args):"
-        sed -n '/^target /,$p' "$OUT/serving-$t-$name.log" >>"$SUMMARY"
-      done
+    # (model|name|scenarios|engine args|bench options, ';'-separated; model is f16 or q4_k_m,
+    # the llama3-8b files of the gen stage), SERVING_OPTS added to every run's options. Every run
+    # gets --parallel 256 first (the default is 8).
+    local runs r t name scen args opts a
+    IFS=';' read -ra runs <<<"${SERVING_RUNS:-q4_k_m|base|concurrency,prefix||}"
+    for r in "${runs[@]}"; do
+      IFS='|' read -r t name scen args opts <<<"$r"
+      want serving || break
+      stamp "serving $t $name: $scen (engine: $args; bench: $opts)"
+      local eargs=(--engine-arg=--parallel=256)
+      for a in $args; do eargs+=("--engine-arg=$a"); done
+      # shellcheck disable=SC2086
+      timeout "$(left "${SERVING_TIMEOUT:-300}")" python3 tools/bench_serving.py --engine "$BIN/loom-engine-cuda" \
+        --model "$SHM/llama3-8b-$t.gguf" --scenarios "$scen" "${eargs[@]}" $opts ${SERVING_OPTS:-} \
+        --json "$OUT/serving-$t-$name.json" 2>&1 | tee "$OUT/serving-$t-$name.log"
+      note "serving $t $name ($scen; engine: $args; bench: $opts):"
+      sed -n '/^target /,$p' "$OUT/serving-$t-$name.log" >>"$SUMMARY"
     done
+  fi
+  if want bench; then
+    stamp "benchmark: backend, engine protocol, gateway"
+    local vargs=() v
+    for v in $BENCH_VARIANTS; do vargs+=(--variant "$v"); done
+    [ "${BENCH_SKIP_GATEWAY:-0}" = 1 ] && vargs+=(--skip-gateway)
+    timeout "$(left 420)" python3 tools/bench_gpu.py --bin "$BIN" --models "$SHM/llama3-8b-f16.gguf" "$SHM/llama3-8b-q4_k_m.gguf" \
+      --json "$OUT/bench.json" "${vargs[@]}" 2>&1 | tee "$OUT/bench.log"
+    sed -n '/^== summary/,$p' "$OUT/bench.log" >>"$SUMMARY"
   fi
   if want sass; then
     stamp "machine code of the single-row matvec kernels (Q4_K, F16)"
