@@ -276,9 +276,9 @@ void GpuBackend::build_rows(const engine::StepPlan& plan) {
     const size_t n_rows = plan.rows.size();
     // Flat order: the 1-token rows first, then the short chunks (both through split-K decode
     // attention, one query row each), then the long chunks (prefill tiles). A short chunk after
-    // a long cached prefix would give the tile kernel one tile per head to walk the whole
-    // context alone (measured on the H200: 16 tokens behind 4,080 cached, 184 ms to the first
-    // token); split over the context, its rows take the decode kernel's time.
+    // a long cached prefix would give the tile kernel a few blocks (one per tile and KV-head
+    // group) to walk the whole context alone (measured on the H200: 16 tokens behind 4,080
+    // cached, 184 ms to the first token; 34 ms this way, docs/benchmarks.md).
     const auto short_chunk = [](size_t n) { return n <= static_cast<size_t>(kShortChunkRows); };
     std::vector<size_t> order;
     order.reserve(n_rows);
