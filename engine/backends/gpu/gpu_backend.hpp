@@ -38,7 +38,7 @@ namespace loom::gpu {
 struct GpuOptions {
     int32_t n_ctx = 0;              ///< 0: the model's training context
     std::string engine_name = "loom-engine-cuda";
-    int max_slots = 8;              ///< sequences running at once (--parallel)
+    int max_slots = 64;             ///< sequences running at once (--parallel)
     int max_step_tokens = 2048;     ///< tokens one step evaluates at most, over all its rows
     int64_t kv_tokens = 0;          ///< KV pool size in positions; 0: kv_fraction of the free memory
     double kv_fraction = 0.9;       ///< share of the device memory free after weights and buffers
