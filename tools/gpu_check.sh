@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One self-contained GPU run (for the H200 device machine): device sampler check, correctness of
+# One self-contained GPU run (any machine with an H200, sm_90a): device sampler check, correctness of
 # loom-engine-cuda on the shared test models against the references and the CPU engine, random
 # Llama-3-8B-shaped models (F16, Q4_K_M) generated into /dev/shm, the CPU-vs-GPU greedy check on
 # them, and the benchmarks (tools/bench_gpu.py). Logs go to $OUT (or ./gpu-out) as it runs, and a
@@ -20,16 +20,19 @@
 #   BIN=DIR        prebuilt, in DIR. Shared libraries they need that this machine lacks (e.g.
 #                  the ICU of the build machine, for loom-gateway) may be carried in DIR/lib,
 #                  which goes on LD_LIBRARY_PATH; a DIR/lib/*.tar.xz is unpacked there first.
-#   BUILD_DIR=DIR  built here: scripts/build.sh DIR -DLOOM_CUDA=ON (needs nvcc and the packages
-#                  of scripts/install-deps.sh); BIN is then DIR/bin.
+#   BUILD_DIR=DIR  built here: cmake -DLOOM_CUDA=ON (Release, Ninja; needs nvcc), with
+#                  -DLOOM_GATEWAY=OFF where RapidJSON, PCRE2 or ICU are missing; LOOM_JOBS jobs
+#                  (default nproc); BIN is then DIR/bin. FALLBACK_BIN=DIR2 (optional) supplies
+#                  the binaries this machine could not build (loom-engine-cpu without Boost),
+#                  its DIR2/lib goes on LD_LIBRARY_PATH, and its binaries run if the build fails.
 # The small models and references are read from $DATA (models/, reference/; default the shared
 # folder: $LOOM_SHARED_DIR, else ../shared beside the repository).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T_START=$(date +%s)  # BUDGET_S (below) counts from here, the build included
 if [ -n "${BUILD_DIR:-}" ]; then
-  # The GPU machine has CUDA, CMake and Ninja but no RapidJSON, PCRE2 or ICU (and perhaps no
-  # Boost): without them configure with LOOM_GATEWAY=OFF and build only the targets there are.
+  # A GPU machine may have CUDA, CMake and Ninja but not the gateway's RapidJSON, PCRE2 or ICU
+  # (or Boost): without them configure with LOOM_GATEWAY=OFF and build only the targets there are.
   gw=ON
   { [ -f /usr/include/rapidjson/document.h ] && pkg-config --exists libpcre2-8 icu-uc; } 2>/dev/null || gw=OFF
   t0=$(date +%s)
@@ -81,7 +84,7 @@ SUMMARY="$OUT/summary.txt"
 
 # BUDGET_S: seconds this script may take from here; a stage that would start later than
 # BUDGET_S - STAGE_RESERVE_S (default 60) is skipped and noted, so the run ends inside a
-# device call's limit with its logs packed.
+# wall-clock limit (a remote runner's, say) with its logs packed.
 # left N: N, or the seconds BUDGET_S leaves if fewer (at least 10): a stage's timeout.
 left() {
   local l=$1
@@ -163,7 +166,7 @@ main() {
     # tools/bench_serving.py at the engine protocol, one run per SERVING_RUNS entry
     # (model|name|scenarios|engine args|bench options, ';'-separated; model is f16 or q4_k_m,
     # the llama3-8b files of the gen stage), SERVING_OPTS added to every run's options. Every run
-    # gets --parallel 256 first (the default is 8).
+    # gets --parallel 256 first (the default is 64), so that c = 256 runs all at once.
     local runs r t name scen args opts a
     IFS=';' read -ra runs <<<"${SERVING_RUNS:-q4_k_m|base|concurrency,prefix||}"
     for r in "${runs[@]}"; do
@@ -230,7 +233,8 @@ for n, c in counts.items():
 }
 
 main 2>&1 | tee "$OUT/log"
-# A device call returns at most 8 files: everything but log and summary.txt goes in one archive.
+# Everything but log and summary.txt goes in one archive, so that $OUT holds three files
+# (some remote runners return only a few files).
 ( cd "$OUT" && ls | grep -vx -e log -e summary.txt -e logs.tar.xz >/tmp/gpu_check_files.txt &&
   [ -s /tmp/gpu_check_files.txt ] && tar cJf logs.tar.xz -T /tmp/gpu_check_files.txt &&
   xargs rm -rf </tmp/gpu_check_files.txt ) || true
