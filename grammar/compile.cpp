@@ -1,0 +1,137 @@
+// Constraint entry points and their text form; see compile.hpp.
+#include "grammar/compile.hpp"
+
+#include <rapidjson/document.h>
+
+#include "grammar/json_text.hpp"
+#include "grammar/regex.hpp"
+
+namespace loom::grammar {
+namespace {
+
+Grammar build(const Rules& rules) { return Grammar::from_rules(rules); }
+
+std::string percent_encode(std::string_view s) {
+    static const char* hex = "0123456789ABCDEF";
+    std::string out;
+    for (char ch : s) {
+        const auto c = static_cast<uint8_t>(ch);
+        if (c <= 0x20 || c == 0x7F || c == '%') {
+            out += '%';
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        } else {
+            out += ch;
+        }
+    }
+    return out;
+}
+
+std::string percent_decode(std::string_view s) {
+    auto val = [](char h) -> int {
+        if (h >= '0' && h <= '9') return h - '0';
+        if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+        if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+        return -1;
+    };
+    std::string out;
+    for (size_t k = 0; k < s.size(); ++k) {
+        if (s[k] != '%') {
+            out += s[k];
+            continue;
+        }
+        if (k + 2 >= s.size()) throw GrammarError("constraint: '%' without two hex digits at the end");
+        const int a = val(s[k + 1]), b = val(s[k + 2]);
+        if (a < 0 || b < 0) throw GrammarError("constraint: bad percent escape");
+        out += static_cast<char>(a * 16 + b);
+        k += 2;
+    }
+    return out;
+}
+
+}  // namespace
+
+Grammar compile_json_schema(std::string_view schema_json, const JsonOptions& opts) {
+    return build(json_schema_rules(schema_json, opts));
+}
+
+Grammar compile_json_object(const JsonOptions& opts) { return build(json_object_rules(opts)); }
+
+Grammar compile_regex(std::string_view pattern) {
+    Rules r;
+    r.root = r.add("root");
+    r.define(r.root, parse_regex(pattern, RegexMatch::Full));
+    return build(r);
+}
+
+Grammar compile_choice(const std::vector<std::string>& choices) {
+    if (choices.empty()) throw GrammarError("choice: the list of choices is empty");
+    std::vector<ExprPtr> alts;
+    for (const std::string& c : choices) {
+        size_t pos = 0;
+        uint32_t cp;
+        while (pos < c.size())
+            if (!next_utf8(c, pos, cp)) throw GrammarError("choice: a choice is not valid UTF-8");
+        alts.push_back(lit(c));
+    }
+    Rules r;
+    r.root = r.add("root");
+    r.define(r.root, alt(std::move(alts)));
+    return build(r);
+}
+
+Grammar compile(const Constraint& c, const JsonOptions& opts) {
+    switch (c.kind) {
+    case Constraint::Kind::JsonObject: return compile_json_object(opts);
+    case Constraint::Kind::JsonSchema: return compile_json_schema(c.text, opts);
+    case Constraint::Kind::Regex: return compile_regex(c.text);
+    case Constraint::Kind::Choice: return compile_choice(c.choices);
+    }
+    throw GrammarError("unknown constraint kind");
+}
+
+std::string Constraint::to_text() const {
+    switch (kind) {
+    case Kind::JsonObject: return "json_object";
+    case Kind::JsonSchema: return "json_schema:" + percent_encode(text);
+    case Kind::Regex: return "regex:" + percent_encode(text);
+    case Kind::Choice: {
+        std::string arr = "[";
+        for (size_t k = 0; k < choices.size(); ++k) {
+            if (k) arr += ',';
+            arr += json::quote(choices[k]);
+        }
+        return "choice:" + percent_encode(arr + "]");
+    }
+    }
+    return "";
+}
+
+Constraint Constraint::from_text(std::string_view t) {
+    Constraint c;
+    auto body = [&](std::string_view prefix) { return percent_decode(t.substr(prefix.size())); };
+    if (t == "json_object") {
+        c.kind = Kind::JsonObject;
+    } else if (t.starts_with("json_schema:")) {
+        c.kind = Kind::JsonSchema;
+        c.text = body("json_schema:");
+    } else if (t.starts_with("regex:")) {
+        c.kind = Kind::Regex;
+        c.text = body("regex:");
+    } else if (t.starts_with("choice:")) {
+        c.kind = Kind::Choice;
+        const std::string arr = body("choice:");
+        rapidjson::Document d;
+        d.Parse<rapidjson::kParseValidateEncodingFlag>(arr.data(), arr.size());
+        if (d.HasParseError() || !d.IsArray()) throw GrammarError("constraint: choice: wants a JSON array of strings");
+        for (const auto& x : d.GetArray()) {
+            if (!x.IsString()) throw GrammarError("constraint: choice: wants a JSON array of strings");
+            c.choices.emplace_back(x.GetString(), x.GetStringLength());
+        }
+    } else {
+        throw GrammarError("constraint: unknown kind (want json_object, json_schema:, regex: or choice:)");
+    }
+    return c;
+}
+
+}  // namespace loom::grammar
