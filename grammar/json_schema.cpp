@@ -1,6 +1,7 @@
 // JSON Schema to grammar rules; the supported subset and the output it allows are in json_schema.hpp.
 #include "grammar/json_schema.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -263,13 +264,24 @@ private:
         const std::string target(sv(r));
         if (target.empty() || target[0] != '#') fail(ptr, "$ref", "only references inside the schema ('#...') are supported");
         if (auto it = ref_rule_.find(target); it != ref_rule_.end()) return ref(it->second);
-        const rapidjson::Pointer p(target.c_str(), target.size());
-        if (!p.IsValid()) fail(ptr, "$ref", "'" + target + "' is not a JSON pointer (anchors are not supported)");
+        // A URI fragment: percent-decode it, then read it as a JSON pointer (RFC 6901 6).
+        std::string path;
+        for (size_t k = 1; k < target.size(); ++k) {
+            if (target[k] == '%' && k + 2 < target.size() && std::isxdigit(static_cast<unsigned char>(target[k + 1])) &&
+                std::isxdigit(static_cast<unsigned char>(target[k + 2]))) {
+                path += static_cast<char>(std::stoi(target.substr(k + 1, 2), nullptr, 16));
+                k += 2;
+            } else {
+                path += target[k];
+            }
+        }
+        const rapidjson::Pointer p(path.c_str(), path.size());
+        if (!p.IsValid()) fail(ptr, "$ref", quoted(target) + " is not a JSON pointer (anchors are not supported)");
         const Value* t = p.Get(doc_);
         if (!t) fail(ptr, "$ref", "'" + target + "' does not exist in the schema");
         const int32_t id = rules.add("ref " + target);
         ref_rule_[target] = id;
-        rules.define(id, schema(*t, target.substr(1), 1));
+        rules.define(id, schema(*t, path, 1));
         return ref(id);
     }
 
