@@ -133,33 +133,52 @@ std::vector<RawDfa> trim(const std::vector<RawDfa>& d, std::vector<std::string>&
     return out;
 }
 
-// Merges states with identical behaviour (same acceptance, same successors, same calls),
-// repeatedly, until nothing merges. Every merge is exact, so stopping is always safe.
+struct SigHash {
+    size_t operator()(const std::vector<int32_t>& v) const {
+        uint64_t h = 1469598103934665603ull;
+        for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
+        return static_cast<size_t>(h);
+    }
+};
+
+// Merges states with identical behaviour (same acceptance, same successors, same calls).
+// Passes run from the last state to the first: subset construction numbers states
+// breadth-first, so successors mostly come later and one pass merges whole chains; passes
+// repeat until nothing merges. Every merge is exact, so the result is always correct.
 RawDfa merge_states(const RawDfa& x) {
-    std::vector<int32_t> cls(static_cast<size_t>(x.n_states));
-    for (int32_t s = 0; s < x.n_states; ++s) cls[static_cast<size_t>(s)] = s;
-    int32_t n_cls = x.n_states;
-    for (int round = 0; round < 256; ++round) {
-        std::map<std::vector<int32_t>, int32_t> sig_id;
-        std::vector<int32_t> next_cls(cls.size());
-        for (int32_t s = 0; s < x.n_states; ++s) {
-            std::vector<int32_t> sig{x.accept[static_cast<size_t>(s)]};
+    std::vector<int32_t> canon(static_cast<size_t>(x.n_states));
+    for (int32_t s = 0; s < x.n_states; ++s) canon[static_cast<size_t>(s)] = s;
+    std::vector<int32_t> sig;
+    for (bool merged = true; merged;) {
+        merged = false;
+        std::unordered_map<std::vector<int32_t>, int32_t, SigHash> by_sig;
+        by_sig.reserve(static_cast<size_t>(x.n_states));
+        for (int32_t s = x.n_states; s-- > 0;) {
+            if (canon[static_cast<size_t>(s)] != s) continue;
+            sig.assign(1, x.accept[static_cast<size_t>(s)]);
             for (int c = 0; c < x.n_classes; ++c) {
                 const int32_t t = x.next[static_cast<size_t>(s * x.n_classes + c)];
-                sig.push_back(t >= 0 ? cls[static_cast<size_t>(t)] : -1);
+                sig.push_back(t >= 0 ? canon[static_cast<size_t>(t)] : -1);
             }
             for (const Call& c : x.calls[static_cast<size_t>(s)]) {
                 sig.push_back(c.rule);
-                sig.push_back(cls[static_cast<size_t>(c.ret)]);
+                sig.push_back(canon[static_cast<size_t>(c.ret)]);
             }
-            auto [it, fresh] = sig_id.try_emplace(std::move(sig), static_cast<int32_t>(sig_id.size()));
-            next_cls[static_cast<size_t>(s)] = it->second;
+            auto [it, fresh] = by_sig.try_emplace(sig, s);
+            if (!fresh) {
+                canon[static_cast<size_t>(s)] = it->second;
+                merged = true;
+            }
         }
-        const auto n_new = static_cast<int32_t>(sig_id.size());
-        cls.swap(next_cls);
-        if (n_new == n_cls) break;
-        n_cls = n_new;
+        // Point every state at its final representative.
+        for (int32_t s = 0; s < x.n_states; ++s) {
+            int32_t r = canon[static_cast<size_t>(s)];
+            while (canon[static_cast<size_t>(r)] != r) r = canon[static_cast<size_t>(r)];
+            canon[static_cast<size_t>(s)] = r;
+        }
     }
+    const std::vector<int32_t>& cls = canon;  // class = representative state
+    const int32_t n_cls = x.n_states;
     // Renumber classes breadth-first from the start's class.
     std::vector<int32_t> id(static_cast<size_t>(n_cls), -1), rep;
     std::vector<int32_t> first(static_cast<size_t>(n_cls), -1);

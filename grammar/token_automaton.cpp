@@ -25,7 +25,9 @@ struct OnSentinel {
         if (sentinel == kIn) {
             for (const CallSite& cs : g.call_sites(rule))
                 detail::step_node(g, a, a.intern(cs.rule, cs.ret, kCtx), b, out, visited, *this);
-        } else if (sentinel == kCtx) {
+        } else if (sentinel == kCtx && !g.call_sites(rule).empty()) {
+            // A rule nobody calls is only ever the bottom frame: returning from it ends
+            // the text, which no byte can follow. Otherwise the context is unknown.
             left_context = true;
         }
     }
