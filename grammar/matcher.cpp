@@ -70,6 +70,15 @@ bool Matcher::is_done() const {
     return true;
 }
 
+std::vector<std::vector<std::pair<int32_t, int32_t>>> Matcher::stacks() const {
+    std::vector<std::vector<std::pair<int32_t, int32_t>>> out;
+    for (int32_t n : history_.back().stacks) {
+        out.emplace_back();
+        for (; n >= 0; n = arena_[n].parent) out.back().emplace_back(arena_[n].rule, arena_[n].state);
+    }
+    return out;
+}
+
 void Matcher::forget_after(int32_t arena_size) {
     arena_.truncate(arena_size);
     for (auto it = uncertain_ok_.begin(); it != uncertain_ok_.end();) {

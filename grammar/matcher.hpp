@@ -51,6 +51,10 @@ public:
     /// True after an end-of-generation id was accepted.
     bool ended() const { return history_.back().ended; }
 
+    /// The current parse stacks, each as (rule, state) frames from the top down
+    /// (diagnostics and tests; the frames below the top hold return states).
+    std::vector<std::vector<std::pair<int32_t, int32_t>>> stacks() const;
+
     /// Tokens accepted since the start.
     size_t n_tokens() const { return history_.size() - 1; }
     /// Back to the start of the grammar.

@@ -85,11 +85,13 @@ int32_t TokenAutomaton::intern_config(std::vector<int32_t>& nodes) const {
 int32_t TokenAutomaton::step_config(int32_t config, uint8_t b) const {
     const size_t at = static_cast<size_t>(config) * 256 + b;
     if (memo_[at] >= 0) return memo_[at];
-    std::vector<int32_t> out, visited;
+    std::vector<int32_t>& out = scratch_out_;
+    std::vector<int32_t>& visited = scratch_visited_;
+    out.clear();
+    visited.clear();
     bool left = false;
     OnSentinel on{g_, arena_, b, out, visited, left};
-    const std::vector<int32_t> from = configs_[static_cast<size_t>(config)];
-    for (int32_t n : from) detail::step_node(g_, arena_, n, b, out, visited, on);
+    for (int32_t n : configs_[static_cast<size_t>(config)]) detail::step_node(g_, arena_, n, b, out, visited, on);
     const int32_t next = intern_config(out);
     const int32_t r = next * 2 + (left ? 1 : 0);
     memo_[at] = r;
@@ -101,37 +103,52 @@ TokenClasses TokenAutomaton::classify(int32_t rule, int32_t state) const {
     TokenClasses out;
     out.accepted.assign(vocab_->mask_words(), 0);
     std::vector<int32_t> start{arena_.intern(rule, state, kIn)};
-    std::vector<int32_t> cfg(static_cast<size_t>(t.max_depth) + 1, 0);
-    std::vector<uint8_t> sticky(static_cast<size_t>(t.max_depth) + 1, 0);
-    cfg[0] = intern_config(start);
-    auto accept = [&](uint32_t from, uint32_t to) {
-        for (uint32_t k = from; k < to; ++k) {
-            const auto id = static_cast<uint32_t>(t.tok[k]);
-            out.accepted[id >> 5] |= 1u << (id & 31);
-        }
-        out.n_accepted += to - from;
-    };
-    auto uncertain = [&](uint32_t from, uint32_t to) {
-        out.uncertain.insert(out.uncertain.end(), t.tok.begin() + from, t.tok.begin() + to);
-    };
+    // Walk state per depth: config * 2 + "some stack left into unknown context on the way".
+    std::vector<int32_t> at_depth(static_cast<size_t>(t.max_depth) + 1, 0);
+    at_depth[0] = intern_config(start) * 2;
+    // Plain pointers: the stores into `accepted` could otherwise alias the memo table.
+    uint32_t* acc = out.accepted.data();
+    const uint8_t* byte = t.byte.data();
+    const uint16_t* depth = t.depth.data();
+    const uint32_t* end = t.end.data();
+    const uint32_t* tok_begin = t.tok_begin.data();
+    const int32_t* tok = t.tok.data();
+    int32_t* walk = at_depth.data();
+    const int32_t* memo = memo_.data();
+    const uint8_t* inside = config_inside_.data();
     const auto n = static_cast<uint32_t>(t.n_nodes());
     for (uint32_t i = 1; i < n;) {
-        const uint16_t d = t.depth[i];
-        const int32_t parent = cfg[d - 1u];
-        const size_t at = static_cast<size_t>(parent) * 256 + t.byte[i];
-        const int32_t r = memo_[at] >= 0 ? memo_[at] : step_config(parent, t.byte[i]);
+        const uint32_t d = depth[i];
+        const int32_t from = walk[d - 1];
+        const int32_t parent = from >> 1;
+        const size_t at = static_cast<size_t>(parent) * 256 + byte[i];
+        int32_t r = memo[at];
+        if (r < 0) {
+            r = step_config(parent, byte[i]);
+            memo = memo_.data();  // the tables may have grown
+            inside = config_inside_.data();
+        }
         const int32_t c = r >> 1;
-        const uint8_t st = static_cast<uint8_t>(sticky[d - 1u] | (r & 1));
-        if (c == 0 || (st && !config_inside_[static_cast<size_t>(c)])) {
+        const int32_t st = (from | r) & 1;
+        if (c == 0 || (st && !inside[c])) {
             // Nothing inside survives: the whole subtree depends on the context, or is dead.
-            if (st) uncertain(t.tok_begin[i], t.tok_begin[t.end[i]]);
-            i = t.end[i];
+            if (st) out.uncertain.insert(out.uncertain.end(), tok + tok_begin[i], tok + tok_begin[end[i]]);
+            i = end[i];
             continue;
         }
-        if (config_inside_[static_cast<size_t>(c)]) accept(t.tok_begin[i], t.tok_begin[i + 1]);
-        else uncertain(t.tok_begin[i], t.tok_begin[i + 1]);
-        cfg[d] = c;
-        sticky[d] = st;
+        const uint32_t k0 = tok_begin[i], k1 = tok_begin[i + 1];
+        if (k0 != k1) {
+            if (inside[c]) {
+                for (uint32_t k = k0; k < k1; ++k) {
+                    const auto id = static_cast<uint32_t>(tok[k]);
+                    acc[id >> 5] |= 1u << (id & 31);
+                }
+                out.n_accepted += k1 - k0;
+            } else {
+                out.uncertain.insert(out.uncertain.end(), tok + k0, tok + k1);
+            }
+        }
+        walk[d] = c * 2 + st;
         ++i;
     }
     return out;

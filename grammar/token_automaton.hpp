@@ -78,6 +78,7 @@ private:
     mutable std::vector<uint8_t> config_inside_;  // some stack still rests on kIn
     mutable std::vector<int32_t> memo_;           // configs_ x 256; -1 unknown
     mutable std::unordered_map<std::vector<int32_t>, int32_t, ConfigHash> config_index_;
+    mutable std::vector<int32_t> scratch_out_, scratch_visited_;
 };
 
 }  // namespace loom::grammar
