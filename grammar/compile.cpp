@@ -122,7 +122,7 @@ Constraint Constraint::from_text(std::string_view t) {
         c.kind = Kind::Choice;
         const std::string arr = body("choice:");
         rapidjson::Document d;
-        d.Parse<rapidjson::kParseValidateEncodingFlag>(arr.data(), arr.size());
+        d.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(arr.data(), arr.size());
         if (d.HasParseError() || !d.IsArray()) throw GrammarError("constraint: choice: wants a JSON array of strings");
         for (const auto& x : d.GetArray()) {
             if (!x.IsString()) throw GrammarError("constraint: choice: wants a JSON array of strings");

@@ -6,6 +6,10 @@
 namespace loom::grammar {
 namespace {
 
+constexpr size_t kFlattenMax = 8;
+constexpr size_t kPrintMax = 1 << 20;  // bytes of Rules::to_string
+constexpr int kPrintDepth = 200;
+
 ExprPtr make(ExprKind k) {
     auto e = std::make_shared<Expr>();
     e->kind = k;
@@ -34,7 +38,11 @@ void print_cp(std::string& out, uint32_t cp, bool in_class) {
     }
 }
 
-void print(std::string& out, const Expr& e, const Rules& rules, int prec) {
+void print(std::string& out, const Expr& e, const Rules& rules, int prec, int depth = 0) {
+    if (out.size() > kPrintMax || depth > kPrintDepth) {
+        out += "...";
+        return;
+    }
     switch (e.kind) {
     case ExprKind::Empty: out += "\"\""; return;
     case ExprKind::Nothing: out += "[]"; return;
@@ -75,7 +83,7 @@ void print(std::string& out, const Expr& e, const Rules& rules, int prec) {
         if (prec > 1) out += '(';
         for (size_t k = 0; k < e.items.size(); ++k) {
             if (k) out += ' ';
-            print(out, *e.items[k], rules, 2);
+            print(out, *e.items[k], rules, 2, depth + 1);
         }
         if (prec > 1) out += ')';
         return;
@@ -83,12 +91,12 @@ void print(std::string& out, const Expr& e, const Rules& rules, int prec) {
         if (prec > 0) out += '(';
         for (size_t k = 0; k < e.items.size(); ++k) {
             if (k) out += " | ";
-            print(out, *e.items[k], rules, 1);
+            print(out, *e.items[k], rules, 1, depth + 1);
         }
         if (prec > 0) out += ')';
         return;
     case ExprKind::Repeat:
-        print(out, *e.items[0], rules, 3);
+        print(out, *e.items[0], rules, 3, depth + 1);
         if (e.min == 0 && e.max == 1) out += '?';
         else if (e.min == 0 && e.max == kUnbounded) out += '*';
         else if (e.min == 1 && e.max == kUnbounded) out += '+';
@@ -134,7 +142,9 @@ ExprPtr seq(std::vector<ExprPtr> items) {
     for (auto& it : items) {
         if (it->kind == ExprKind::Nothing) return nothing();
         if (it->kind == ExprKind::Empty) continue;
-        if (it->kind == ExprKind::Seq) {
+        if (it->kind == ExprKind::Seq && it->items.size() <= kFlattenMax) {
+            // Long sequences stay one shared node: flattening them into every sequence that
+            // ends with them would copy them over and over (object members: n^2).
             flat.insert(flat.end(), it->items.begin(), it->items.end());
         } else if (it->kind == ExprKind::Literal && !flat.empty() && flat.back()->kind == ExprKind::Literal) {
             flat.back() = lit(flat.back()->text + it->text);  // adjacent literals merge
@@ -154,7 +164,7 @@ ExprPtr alt(std::vector<ExprPtr> items) {
     std::vector<ExprPtr> flat;
     for (auto& it : items) {
         if (it->kind == ExprKind::Nothing) continue;
-        if (it->kind == ExprKind::Alt) flat.insert(flat.end(), it->items.begin(), it->items.end());
+        if (it->kind == ExprKind::Alt && it->items.size() <= kFlattenMax) flat.insert(flat.end(), it->items.begin(), it->items.end());
         else flat.push_back(it);
     }
     if (flat.empty()) return nothing();
@@ -210,6 +220,7 @@ const ExprPtr& Rules::body(int32_t id) const {
 std::string Rules::to_string() const {
     std::string out;
     auto one = [&](int32_t id) {
+        if (out.size() > kPrintMax) return;
         out += name(id) + " ::= ";
         print(out, *body(id), *this, 0);
         out += '\n';

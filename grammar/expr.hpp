@@ -60,7 +60,8 @@ struct Expr {
     std::shared_ptr<const ByteDfa> dfa;  ///< Dfa
 };
 
-// Builders. They simplify as they go: Seq and Alt flatten nested ones, Empty vanishes in a
+// Builders. They simplify as they go: Seq and Alt flatten nested ones when those are short
+// (long shared tails and choices stay shared nodes), Empty vanishes in a
 // Seq, Nothing makes a Seq Nothing and vanishes in an Alt, one-item Seq/Alt is the item.
 ExprPtr empty();
 ExprPtr nothing();
@@ -92,7 +93,8 @@ public:
 
     /// The rules in a GBNF-like text, root first: `name ::= expr`, literals in double quotes,
     /// classes in brackets, `(a | b)`, `x*`, `x{2,5}`; byte automata print as `<dfa:N>`.
-    /// For diagnostics and tests: it is not parsed back.
+    /// Shared sub-expressions print once per use, so the text is cut ("...") past 1 MiB or
+    /// 200 levels. For diagnostics: it is not parsed back.
     std::string to_string() const;
 
 private:

@@ -286,7 +286,6 @@ Grammar Grammar::from_rules(const Rules& rules, const GrammarLimits& limits) {
     std::vector<RawDfa> raw = detail::build_raw_dfas(rules, limits, names);
     raw = trim(raw, names);
     auto data = std::make_shared<Data>();
-    data->source = rules.to_string();
     for (size_t r = 0; r < raw.size(); ++r) {
         RawDfa m = merge_states(raw[r]);
         RuleDfa y;

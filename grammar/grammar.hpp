@@ -84,15 +84,11 @@ public:
     /// True when `text` can be extended to a string of the language.
     bool accepts_prefix(std::string_view text) const;
 
-    /// The source rules as text (Rules::to_string of what was compiled).
-    const std::string& source() const { return d_->source; }
-
 private:
     struct Data {
         std::vector<RuleDfa> rules;
         std::vector<std::vector<CallSite>> sites;
         std::vector<size_t> first_state;  // prefix sums of n_states, n_rules + 1 entries
-        std::string source;
     };
     std::shared_ptr<const Data> d_;
 };

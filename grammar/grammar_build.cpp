@@ -155,38 +155,27 @@ private:
             return cur;
         }
         case ExprKind::Chars: return build_chars(e.chars, exit);
-        case ExprKind::Seq: {
-            int32_t cur = exit;
-            for (size_t k = e.items.size(); k-- > 0;) cur = build(e.items[k], cur);
-            return cur;
-        }
-        case ExprKind::Alt: {
-            const int32_t entry = add();
-            for (const auto& it : e.items) {
-                const int32_t s = build(it, exit);
-                states[static_cast<size_t>(entry)].eps.push_back(s);
-            }
-            return entry;
-        }
+        case ExprKind::Seq: return build_seq(e, exit);
+        case ExprKind::Alt: return build_alt(e, exit);
         case ExprKind::Repeat: {
             const ExprPtr& item = e.items[0];
             int32_t cur = exit;
             if (e.max == kUnbounded) {
                 const int32_t loop = add();
                 states[static_cast<size_t>(loop)].eps.push_back(exit);
-                const int32_t body = build_unmemo(item, loop);
+                const int32_t body = build(item, loop);
                 states[static_cast<size_t>(loop)].eps.push_back(body);
                 cur = loop;
             } else {
                 for (uint32_t k = e.min; k < e.max; ++k) {
                     const int32_t s = add();
                     states[static_cast<size_t>(s)].eps.push_back(exit);
-                    const int32_t body = build_unmemo(item, cur);
+                    const int32_t body = build(item, cur);
                     states[static_cast<size_t>(s)].eps.push_back(body);
                     cur = s;
                 }
             }
-            for (uint32_t k = 0; k < e.min; ++k) cur = build_unmemo(item, cur);
+            for (uint32_t k = 0; k < e.min; ++k) cur = build(item, cur);
             return cur;
         }
         case ExprKind::Ref: {
@@ -221,9 +210,56 @@ private:
         return add();
     }
 
-    // Repetitions build each copy with a different continuation, so the memo of the item
-    // itself still works for the items inside it.
-    int32_t build_unmemo(const ExprPtr& e, int32_t exit) { return build(e, exit); }
+    // Likewise an alternation whose last item is an alternation, ... (the choice of the next
+    // object member): one entry state per link, in a loop.
+    int32_t build_alt(const Expr& e, int32_t exit) {
+        const Expr* node = &e;
+        const int32_t first = add();
+        int32_t entry = first;
+        while (true) {
+            const auto& items = node->items;
+            const Expr* last = items.back().get();
+            const bool link = last->kind == ExprKind::Alt && !memo_.count({last, exit});
+            const size_t end = link ? items.size() - 1 : items.size();
+            for (size_t j = 0; j < end; ++j) {
+                const int32_t s = build(items[j], exit);
+                states[static_cast<size_t>(entry)].eps.push_back(s);
+            }
+            if (!link) return first;
+            const int32_t next = add();
+            states[static_cast<size_t>(entry)].eps.push_back(next);
+            memo_.emplace(std::pair<const Expr*, int32_t>{last, exit}, next);
+            entry = next;
+            node = last;
+        }
+    }
+
+    // A sequence whose last item is a sequence, whose last item is a sequence, ... (the
+    // shared tails of object members) is built innermost first in a loop, each link
+    // memoised, so thousands of links need no deep recursion.
+    int32_t build_seq(const Expr& e, int32_t exit) {
+        std::vector<const Expr*> chain{&e};
+        int32_t cur = exit;
+        bool tail_built = false;
+        while (true) {
+            const Expr* last = chain.back()->items.back().get();
+            if (last->kind != ExprKind::Seq) break;
+            if (auto it = memo_.find({last, exit}); it != memo_.end()) {
+                cur = it->second;
+                tail_built = true;
+                break;
+            }
+            chain.push_back(last);
+        }
+        for (size_t k = chain.size(); k-- > 0;) {
+            const auto& items = chain[k]->items;
+            size_t end = items.size();
+            if (k + 1 < chain.size() || tail_built) --end;  // its last item is already built
+            for (size_t j = end; j-- > 0;) cur = build(items[j], cur);
+            if (k > 0) memo_.emplace(std::pair<const Expr*, int32_t>{chain[k], exit}, cur);
+        }
+        return cur;
+    }
 
     const Rules& rules_;
     const std::vector<int32_t>& kept_index_;
@@ -285,9 +321,14 @@ RawDfa determinize(const NfaBuilder& nfa, int32_t start, int32_t final_state, si
         set.swap(out);
     };
 
-    std::unordered_map<std::vector<int32_t>, int32_t, VecHash> index;
+    std::unordered_map<std::vector<int32_t>, int32_t, VecHash> index, by_kernel;
     std::vector<std::vector<int32_t>> sets;
-    auto intern = [&](std::vector<int32_t> set) -> int32_t {
+    // Many transitions lead to the same few NFA states; their closure is found once.
+    auto intern = [&](std::vector<int32_t> kernel) -> int32_t {
+        std::sort(kernel.begin(), kernel.end());
+        kernel.erase(std::unique(kernel.begin(), kernel.end()), kernel.end());
+        if (auto k = by_kernel.find(kernel); k != by_kernel.end()) return k->second;
+        std::vector<int32_t> set = kernel;
         closure(set);
         auto [it, fresh] = index.try_emplace(set, static_cast<int32_t>(sets.size()));
         if (fresh) {
@@ -295,6 +336,7 @@ RawDfa determinize(const NfaBuilder& nfa, int32_t start, int32_t final_state, si
             --budget;
             sets.push_back(std::move(set));
         }
+        by_kernel.emplace(std::move(kernel), it->second);
         return it->second;
     };
     intern({start});

@@ -24,6 +24,8 @@ namespace {
 using Value = rapidjson::Value;
 
 constexpr int kMaxDepth = 128;
+constexpr size_t kMaxExcludedKey = 256;
+constexpr size_t kMaxOptionalRun = 256;
 
 const std::set<std::string_view> kAnnotations = {
     "title", "description", "default", "examples", "$comment", "$schema", "$id", "$anchor",
@@ -54,14 +56,15 @@ std::string pointer_token(std::string_view name) {
 }
 
 // Compact JSON text of a value; strings in json::quote's spelling.
-void write_json(const Value& v, std::string& out) {
+void write_json(const Value& v, std::string& out, int depth = 0) {
+    if (depth > kMaxDepth) throw SchemaError("", "enum", "values nested deeper than " + std::to_string(kMaxDepth));
     if (v.IsString()) {
         out += json::quote(sv(v));
     } else if (v.IsArray()) {
         out += '[';
         for (rapidjson::SizeType k = 0; k < v.Size(); ++k) {
             if (k) out += ',';
-            write_json(v[k], out);
+            write_json(v[k], out, depth + 1);
         }
         out += ']';
     } else if (v.IsObject()) {
@@ -72,7 +75,7 @@ void write_json(const Value& v, std::string& out) {
             first = false;
             out += json::quote(sv(m->name));
             out += ':';
-            write_json(m->value, out);
+            write_json(m->value, out, depth + 1);
         }
         out += '}';
     } else {
@@ -109,8 +112,8 @@ class Compiler {
 public:
     Compiler(const rapidjson::Document& doc, const JsonOptions& o) : doc_(doc) {
         ws_ = repeat(chars(CharSet({{'\t', '\n'}, {'\r', '\r'}, {' ', ' '}})), 0, o.max_whitespace);
-        sep_ = seq({ws_, lit(","), ws_});
-        colon_ = seq({ws_, lit(":"), ws_});
+        sep_ = seq({lit(","), ws_});
+        colon_ = seq({lit(":"), ws_});
         string_ = seq({lit("\""), star(json::any_char()), lit("\"")});
     }
 
@@ -171,7 +174,7 @@ private:
         };
         if (words.count("$ref")) {
             only("$ref");
-            return reference(v["$ref"], ptr);
+            return reference(v["$ref"], ptr, depth);
         }
         if (words.count("allOf")) {
             only("allOf");
@@ -259,7 +262,8 @@ private:
         return alt(std::move(out));
     }
 
-    ExprPtr reference(const Value& r, const std::string& ptr) {
+    // A chain of references counts as nesting, so a long chain cannot exhaust the stack.
+    ExprPtr reference(const Value& r, const std::string& ptr, int depth) {
         if (!r.IsString()) fail(ptr, "$ref", "$ref must be a string");
         const std::string target(sv(r));
         if (target.empty() || target[0] != '#') fail(ptr, "$ref", "only references inside the schema ('#...') are supported");
@@ -281,7 +285,7 @@ private:
         if (!t) fail(ptr, "$ref", "'" + target + "' does not exist in the schema");
         const int32_t id = rules.add("ref " + target);
         ref_rule_[target] = id;
-        rules.define(id, schema(*t, path, 1));
+        rules.define(id, schema(*t, path, depth + 1));
         return ref(id);
     }
 
@@ -442,7 +446,7 @@ ExprPtr Compiler::object(const Value& v, const std::string& ptr, int depth) {
         for (auto m = ps.MemberBegin(); m != ps.MemberEnd(); ++m) {
             names.emplace_back(sv(m->name));
             const ExprPtr val = schema(m->value, ptr + "/properties/" + pointer_token(sv(m->name)), depth + 1);
-            members.push_back(seq({lit(json::quote(sv(m->name))), colon_, val}));
+            members.push_back(seq({lit(json::quote(sv(m->name)).substr(1)), colon_, val}));  // after its opening quote
         }
     }
     std::vector<uint8_t> req(names.size(), 0);
@@ -464,21 +468,40 @@ ExprPtr Compiler::object(const Value& v, const std::string& ptr, int depth) {
     const bool closed = addl ? (addl->IsBool() && !addl->GetBool()) : v.HasMember("properties");
     if (!closed) {
         const ExprPtr val = (addl && addl->IsObject()) ? schema(*addl, ptr + "/additionalProperties", depth + 1) : any_value();
-        const ExprPtr key = names.empty() ? string_ : seq({lit("\""), key_not_in(names), lit("\"")});
-        extra = seq({key, colon_, val});
+        const ExprPtr key = names.empty() ? seq({star(json::any_char()), lit("\"")}) : seq({key_not_in(names), lit("\"")});
+        extra = seq({key, colon_, val});  // after its opening quote
     }
-    // Members in schema order, optional ones skippable, then any additional members:
-    // after(i) follows once something was written, first(i) while nothing was yet.
+    // A run of k optional properties costs about k^2 automaton work (the set of members
+    // that may come next is tracked); long runs are refused.
+    size_t run = 0;
+    for (size_t i = 0; i < req.size(); ++i) {
+        run = req[i] ? 0 : run + 1;
+        if (run > kMaxOptionalRun)
+            fail(ptr, "required", "more than " + std::to_string(kMaxOptionalRun) +
+                                      " optional properties in a row are not supported (list some in required)");
+    }
+    // Members in schema order, optional ones skippable, then any additional members.
+    // choice[i]: the next member written is one of i, i+1, ... up to the first required
+    // one (or an additional one when all that remain are optional), followed by rest[k+1];
+    // rest[i]: what follows once members before i were written. The separator and the
+    // key's opening quote come before the choice, so the automaton does not carry one
+    // copy of them per candidate member (members and `extra` start after that quote).
     const size_t n = members.size();
-    ExprPtr after = extra ? star(seq({sep_, extra})) : empty();
-    ExprPtr first = extra ? seq({extra, after}) : nothing();
-    bool all_optional = true;
+    const ExprPtr quote = lit("\"");
+    const ExprPtr extra_tail = extra ? star(seq({sep_, quote, extra})) : empty();
+    std::vector<ExprPtr> choice(n + 1), rest(n + 1);
+    std::vector<uint8_t> all_opt(n + 1, 1);  // members i.. are all optional
+    choice[n] = extra ? seq({extra, extra_tail}) : nothing();
+    rest[n] = extra_tail;
     for (size_t i = n; i-- > 0;) {
-        const ExprPtr here = seq({members[i], after});
-        first = req[i] ? here : alt({here, first});
-        after = seq({req[i] ? seq({sep_, members[i]}) : opt(seq({sep_, members[i]})), after});
-        all_optional = all_optional && !req[i];
+        all_opt[i] = all_opt[i + 1] && !req[i];
+        const ExprPtr here = seq({members[i], rest[i + 1]});
+        choice[i] = req[i] ? here : alt({here, choice[i + 1]});
+        rest[i] = all_opt[i] ? opt(seq({sep_, quote, choice[i]})) : seq({sep_, quote, choice[i]});
     }
+    choice[0] = seq({quote, choice[0]});
+    const ExprPtr first = choice[0];
+    const bool all_optional = all_opt[0];
     if (all_optional) return seq({lit("{"), ws_, opt(seq({first, ws_})), lit("}")});
     return seq({lit("{"), ws_, first, ws_, lit("}")});
 }
@@ -491,6 +514,10 @@ ExprPtr Compiler::key_not_in(const std::vector<std::string>& names) {
     };
     std::vector<Node> trie(1);
     for (const std::string& s : names) {
+        if (s.size() > kMaxExcludedKey)
+            throw SchemaError("", "additionalProperties",
+                              "additional properties next to a property name longer than " + std::to_string(kMaxExcludedKey) +
+                                  " bytes are not supported");
         size_t node = 0, pos = 0;
         uint32_t cp;
         while (pos < s.size()) {

@@ -18,11 +18,14 @@
 //   written (OpenAI's strict behaviour); an object schema without "properties" allows any.
 // - A schema without "type" takes the types its keywords imply (properties -> object,
 //   items -> array, minLength -> string, minimum -> number, ...), or any JSON value.
-// - Whitespace: each place where JSON allows whitespace takes at most
+// - Whitespace: after `{`, `[`, `:` and `,` and before `}` and `]`, at most
 //   JsonOptions::max_whitespace bytes of space, tab, newline or carriage return, so that
-//   pretty-printed output works and a model cannot emit whitespace forever. No whitespace
-//   before or after the top-level value.
-// - Numbers with bounds or multipleOf are written without exponent and never as "-0".
+//   pretty-printed output works and a model cannot emit whitespace forever. None before
+//   `:` or `,` (JSON allows it, models do not write it, and it would double the automaton),
+//   and none before or after the top-level value.
+// - At most 256 optional properties in a row (each run costs quadratic automaton work).
+// - Exponents have at most two digits; numbers with bounds or multipleOf are written
+//   without exponent and never as "-0".
 // - pattern is a search (ECMA-262 semantics) unless anchored with ^ / $.
 // - format, pattern and minLength/maxLength cannot be combined in one schema (refused).
 // Source: JSON Schema Core and Validation, draft 2020-12; OpenAI API guide "Structured

@@ -151,9 +151,12 @@ void Matcher::fill_mask(std::span<uint32_t> mask) {
         for (int32_t s : cur.stacks) {
             const detail::Frame f = arena_[s];
             const TokenClasses& cls = a_->classes(f.rule, f.state);
-            if (first) std::memcpy(mask.data(), cls.accepted.data(), words * sizeof(uint32_t));
-            else
-                for (size_t k = 0; k < words; ++k) mask[k] |= cls.accepted[k];
+            if (!cls.accepted.empty()) {
+                if (first) std::memcpy(mask.data(), cls.accepted.data(), words * sizeof(uint32_t));
+                else
+                    for (size_t k = 0; k < words; ++k) mask[k] |= cls.accepted[k];
+            }
+            for (int32_t id : cls.accepted_ids) mask[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
             first = false;
             if (!cls.uncertain.empty())
                 for (int32_t id : uncertain_allowed(s, cls.uncertain))

@@ -190,7 +190,9 @@ ExprPtr plain_number(bool integer) {
     const ExprPtr int_part = alt({lit("0"), seq({chars(CharSet::range('1', '9')), star(digit)})});
     if (integer) return seq({opt(lit("-")), int_part});
     const ExprPtr frac = opt(seq({lit("."), plus(digit)}));
-    const ExprPtr exp = opt(seq({chars(CharSet({{'E', 'E'}, {'e', 'e'}})), opt(chars(CharSet({{'+', '+'}, {'-', '-'}}))), plus(digit)}));
+    // At most two exponent digits: a longer exponent leaves the range of a double, which
+    // common JSON parsers refuse (RapidJSON) or turn into infinity.
+    const ExprPtr exp = opt(seq({chars(CharSet({{'E', 'E'}, {'e', 'e'}})), opt(chars(CharSet({{'+', '+'}, {'-', '-'}}))), repeat(digit, 1, 2)}));
     return seq({opt(lit("-")), int_part, frac, exp});
 }
 

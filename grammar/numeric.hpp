@@ -35,7 +35,7 @@ struct NumberConstraint {
 };
 
 /// The JSON texts of the numbers satisfying `c`. Without bounds or multipleOf this is the
-/// plain JSON number (with exponent) or integer grammar; otherwise an exact automaton
+/// plain JSON number (exponent of at most two digits) or integer grammar; otherwise an exact automaton
 /// (no exponent, no "-0"). Throws GrammarError when no number satisfies `c` or the
 /// automaton would be too large (multipleOf with more than 5 significant digits and long
 /// bounds).

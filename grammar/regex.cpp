@@ -8,6 +8,7 @@ namespace loom::grammar {
 namespace {
 
 constexpr uint32_t kMaxCount = 10000;
+constexpr int kMaxNesting = 100;
 
 CharSet digit_set() { return CharSet::range('0', '9'); }
 CharSet word_set() { return CharSet({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}); }
@@ -72,12 +73,14 @@ private:
     }
 
     ExprPtr group_body() {
+        if (++nesting_ > kMaxNesting) fail("groups nested deeper than " + std::to_string(kMaxNesting));
         std::vector<ExprPtr> branches;
         do {
             bool tail = false;
             branches.push_back(concat(false, tail));
         } while (eat('|'));
         if (!eat(')')) fail("missing ')'");
+        --nesting_;
         return alt(std::move(branches));
     }
 
@@ -285,6 +288,7 @@ private:
     std::string_view p_;
     RegexMatch mode_;
     size_t pos_ = 0;
+    int nesting_ = 0;
 };
 
 }  // namespace

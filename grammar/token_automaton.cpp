@@ -151,6 +151,14 @@ TokenClasses TokenAutomaton::classify(int32_t rule, int32_t state) const {
         walk[d] = c * 2 + st;
         ++i;
     }
+    // A list of ids is smaller than the mask below one id per 16 mask bits.
+    if (out.n_accepted * 16 < static_cast<size_t>(vocab_->n_vocab())) {
+        for (size_t w = 0; w < out.accepted.size(); ++w)
+            for (uint32_t bits = out.accepted[w]; bits; bits &= bits - 1)
+                out.accepted_ids.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(std::countr_zero(bits))));
+        out.accepted.clear();
+        out.accepted.shrink_to_fit();
+    }
     return out;
 }
 

@@ -26,10 +26,13 @@
 
 namespace loom::grammar {
 
-/// The classification of one (rule, state): `accepted` as a token mask (vocab.mask_words()
-/// words), `uncertain` as token ids in byte order (so neighbours share prefixes).
+/// The classification of one (rule, state). The accepted tokens are a token mask
+/// (vocab.mask_words() words) when there are many, else a list of ids (`accepted` empty):
+/// most states allow a few hundred tokens, and a 128K-token mask is 16 KiB. `uncertain`
+/// holds token ids in byte order (so neighbours share prefixes).
 struct TokenClasses {
     std::vector<uint32_t> accepted;
+    std::vector<int32_t> accepted_ids;
     std::vector<int32_t> uncertain;
     size_t n_accepted = 0;
 };

@@ -45,7 +45,7 @@ TEST_CASE("json schema: primitive types and type lists", "[grammar]") {
 
     Case n(R"({"type": "number"})");
     for (const char* ok : {"0", "-0", "12", "-3.25", "1e10", "2E-3", "0.5e+2"}) CHECK(n(ok));
-    for (const char* bad : {"01", "+1", ".5", "1.", "1e", "--1", "NaN"}) CHECK_FALSE(n(bad));
+    for (const char* bad : {"01", "+1", ".5", "1.", "1e", "--1", "NaN", "1e100"}) CHECK_FALSE(n(bad));
 
     Case i(R"({"type": "integer"})");
     CHECK(i("-42"));
@@ -147,7 +147,7 @@ TEST_CASE("json schema: arrays with items, prefixItems, minItems, maxItems", "[g
 
     Case any(R"({"type": "array"})");
     CHECK(any("[]"));
-    CHECK(any("[ 1 , [ ] , { } ]"));
+    CHECK(any("[ 1, [ ], { } ]"));
 
     Case t(R"({"prefixItems": [{"type": "string"}, {"type": "integer"}], "items": false})");
     CHECK(t("[]"));
@@ -225,11 +225,11 @@ TEST_CASE("json schema: string length, pattern and formats", "[grammar]") {
         Case c(std::string(R"({"type": "string", "format": ")") + f.name + "\"}");
         for (const char* ok : f.ok) {
             INFO(f.name << " accepts " << ok);
-            CHECK(c("\"" + std::string(ok) + "\""));
+            CHECK(c(std::string(1, '"').append(ok).append(1, '"')));
         }
         for (const char* bad : f.bad) {
             INFO(f.name << " rejects " << bad);
-            CHECK_FALSE(c("\"" + std::string(bad) + "\""));
+            CHECK_FALSE(c(std::string(1, '"').append(bad).append(1, '"')));
         }
     }
     refused(R"({"type": "string", "format": "uri"})", "", "format");
@@ -278,9 +278,12 @@ TEST_CASE("json schema: numeric bounds and multipleOf are exact", "[grammar]") {
 TEST_CASE("json schema: whitespace is bounded at every position", "[grammar]") {
     Case s(R"({"type": "object", "properties": {"a": {"type": "array"}}, "required": ["a"]})");
     const std::string w16(16, ' '), w17(17, ' ');
-    CHECK(s("{" + w16 + "\"a\"" + w16 + ":" + w16 + "[" + w16 + "1" + w16 + "," + w16 + "2" + w16 + "]" + w16 + "}"));
-    CHECK_FALSE(s("{" + w17 + "\"a\":[]}"));
-    CHECK_FALSE(s("{\"a\":[]" + w17 + "}"));
+    CHECK(s(std::string("{").append(w16).append("\"a\":").append(w16).append("[").append(w16).append("1,").append(w16).append("2").append(w16).append("]").append(w16).append("}")));
+    CHECK_FALSE(s(std::string("{").append(w17).append("\"a\":[]}")));
+    CHECK_FALSE(s(std::string("{\"a\":[]").append(w17).append("}")));
+    CHECK_FALSE(s(R"({"a" :[]})"));   // none before ':' ...
+    CHECK_FALSE(s(R"({"a":[1 ,2]})"));  // ... or ','
+    CHECK(s(R"({"a":[1, 2 ] })"));
     CHECK_FALSE(s(" {\"a\":[]}"));  // none before or after the top-level value
     CHECK_FALSE(s("{\"a\":[]}\n"));
     CHECK(s("{\n\t\"a\": [\r\n1]}"));
@@ -327,4 +330,49 @@ TEST_CASE("json schema: keywords outside the subset are refused by name and poin
     }
     // Annotations are fine.
     CHECK(Case(R"({"title": "T", "description": "d", "default": 1, "examples": [1], "$schema": "x", "type": "integer"})")("1"));
+}
+
+TEST_CASE("json schema: hostile sizes are refused or handled without deep recursion", "[grammar]") {
+    // 200 optional properties: the member tails are shared, not copied per member; 2000
+    // required ones are linear; runs of more than 256 optional ones are refused.
+    auto props = [](int n, bool required) {
+        std::string p = "{\"type\":\"object\",\"properties\":{", r;
+        for (int k = 0; k < n; ++k) {
+            if (k) p += ',', r += ',';
+            p.append("\"p").append(std::to_string(k)).append("\":{\"type\":\"integer\"}");
+            r.append("\"p").append(std::to_string(k)).append("\"");
+        }
+        p += '}';
+        if (required) p.append(",\"required\":[").append(r).append("]");
+        return p + '}';
+    };
+    Case many(props(200, false));
+    CHECK(many("{}"));
+    CHECK(many(R"({"p7":1,"p199":2})"));
+    CHECK_FALSE(many(R"({"p199":2,"p7":1})"));
+    Case all(props(2000, true));
+    std::string doc = "{";
+    for (int k = 0; k < 2000; ++k) doc.append(k ? ",\"p" : "\"p").append(std::to_string(k)).append("\":").append(std::to_string(k));
+    CHECK(all(doc + "}"));
+    CHECK_FALSE(all(doc + ",\"p0\":1}"));
+    refused(props(300, false), "", "required");
+
+    // A chain of 300 references counts as nesting.
+    std::string defs;
+    for (int k = 0; k < 300; ++k) {
+        if (k) defs += ',';
+        defs.append("\"d").append(std::to_string(k)).append("\":{\"$ref\":\"#/$defs/d").append(std::to_string(k + 1)).append("\"}");
+    }
+    defs += ",\"d300\":{\"type\":\"null\"}";
+    try {
+        compile_json_schema(std::string("{\"$defs\":{").append(defs).append("},\"$ref\":\"#/$defs/d0\"}"));
+        FAIL("accepted");
+    } catch (const SchemaError& e) {
+        CHECK(std::string(e.what()).find("nested deeper") != std::string::npos);
+    }
+    const std::string deep = std::string(1000, '[') + std::string(1000, ']');
+    CHECK_THROWS_AS(compile_json_schema(std::string("{\"enum\":[").append(deep).append("]}")), SchemaError);
+    CHECK_THROWS_WITH(compile_regex(std::string(200, '(').append("a").append(200, ')')), Catch::Contains("nested deeper"));
+    refused(std::string("{\"type\":\"object\",\"properties\":{\"").append(300, 'k').append("\":{}},\"additionalProperties\":true}"), "",
+            "additionalProperties");
 }
