@@ -102,15 +102,22 @@ bool Matcher::replay(std::span<const int32_t> tokens) {
     return true;
 }
 
-// The uncertain tokens of `stack`'s top frame that the whole stack accepts. Tokens come in
+// The uncertain tokens of `stack`'s top frame that the whole stack accepts (cached here by
+// stack id, and in the automaton by the stack's frames for later matchers). Tokens come in
 // byte order, so each check resumes from the longest prefix it shares with the last one
 // checked, and a dead prefix skips every token that starts with it.
 const std::vector<int32_t>& Matcher::uncertain_allowed(int32_t stack, const std::vector<int32_t>& uncertain) {
     if (auto it = uncertain_ok_.find(stack); it != uncertain_ok_.end()) return it->second;
+    std::vector<int32_t> frames;
+    for (int32_t n = stack; n >= 0; n = arena_[n].parent) {
+        frames.push_back(arena_[n].rule);
+        frames.push_back(arena_[n].state);
+    }
+    std::vector<int32_t> ok;
+    if (a_->find_checked(frames, ok)) return uncertain_ok_.emplace(stack, std::move(ok)).first->second;
     const Grammar& g = a_->grammar();
     const VocabBytes& v = a_->vocab();
     const int32_t mark = arena_.size();
-    std::vector<int32_t> ok;
     levels_[0].assign(1, stack);
     const std::string* last = nullptr;
     size_t valid = 0;                  // levels_[0..valid] hold the prefixes of *last
@@ -137,6 +144,7 @@ const std::vector<int32_t>& Matcher::uncertain_allowed(int32_t stack, const std:
         last = &s;
     }
     arena_.truncate(mark);
+    a_->add_checked(std::move(frames), ok);
     return uncertain_ok_.emplace(stack, std::move(ok)).first->second;
 }
 

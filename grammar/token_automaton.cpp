@@ -58,6 +58,20 @@ const TokenClasses& TokenAutomaton::classes(int32_t rule, int32_t state) const {
     return *slot;
 }
 
+bool TokenAutomaton::find_checked(const std::vector<int32_t>& frames, std::vector<int32_t>& allowed) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = checked_.find(frames);
+    if (it == checked_.end()) return false;
+    allowed = it->second;
+    return true;
+}
+
+void TokenAutomaton::add_checked(std::vector<int32_t> frames, const std::vector<int32_t>& allowed) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (checked_.size() >= 4096) checked_.clear();
+    checked_.emplace(std::move(frames), allowed);
+}
+
 void TokenAutomaton::precompute() const {
     for (int32_t r = 0; r < g_.n_rules(); ++r)
         for (int32_t s = 0; s < g_.rule(r).n_states; ++s) classes(r, s);

@@ -59,6 +59,13 @@ public:
     /// The reference stays valid for the automaton's lifetime. Thread-safe.
     const TokenClasses& classes(int32_t rule, int32_t state) const;
 
+    /// A Matcher's exact check of a stack's uncertain tokens, shared with later matchers:
+    /// the result depends only on the stack's frames (`frames`: rule, state pairs from the
+    /// top down, flattened). Returns false when not known. Thread-safe.
+    bool find_checked(const std::vector<int32_t>& frames, std::vector<int32_t>& allowed) const;
+    /// Records such a result; the cache holds at most 4096 stacks (then it starts over).
+    void add_checked(std::vector<int32_t> frames, const std::vector<int32_t>& allowed) const;
+
     /// Classifies every state now (compile-time cost instead of first-use cost).
     void precompute() const;
     /// How many states are classified so far.
@@ -82,6 +89,7 @@ private:
     mutable std::vector<int32_t> memo_;           // configs_ x 256; -1 unknown
     mutable std::unordered_map<std::vector<int32_t>, int32_t, ConfigHash> config_index_;
     mutable std::vector<int32_t> scratch_out_, scratch_visited_;
+    mutable std::unordered_map<std::vector<int32_t>, std::vector<int32_t>, ConfigHash> checked_;
 };
 
 }  // namespace loom::grammar
