@@ -60,8 +60,13 @@ SampleResult score_token(std::span<const float> logits, int32_t token, int k) {
     return r;
 }
 
-SampleResult sample_logits(std::span<const float> logits, const SamplingParams& p, const TokenHistory& history,
-                           double u, SamplerScratch& scratch) {
+namespace {
+
+// sample_logits with the penalty inputs spelled out: `repeated` the distinct ids of prompt and
+// output that are < n_vocab (read only when the repetition penalty is on), `output_counts`
+// each output id's count.
+SampleResult sample_core(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> repeated,
+                         const std::unordered_map<int32_t, int32_t>& output_counts, double u, SamplerScratch& scratch) {
     check_finite(logits);
     const auto n_vocab = static_cast<int32_t>(logits.size());
 
@@ -93,20 +98,12 @@ SampleResult sample_logits(std::span<const float> logits, const SamplingParams& 
         w.assign(logits.begin(), logits.end());
         for (const auto& [id, b] : p.logit_bias)
             if (id >= 0 && id < n_vocab) w[static_cast<size_t>(id)] += b;
-        if (p.repetition_penalty != 1.0f) {
-            auto pen = [&](int32_t id) {
+        if (p.repetition_penalty != 1.0f)
+            for (int32_t id : repeated) {  // distinct ids: each penalised once
                 float& v = w[static_cast<size_t>(id)];
                 v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
-            };
-            std::vector<char> seen(logits.size(), 0);
-            for (const auto* list : {&history.prompt, &history.output})
-                for (int32_t id : *list)
-                    if (id >= 0 && id < n_vocab && !seen[static_cast<size_t>(id)]) {
-                        seen[static_cast<size_t>(id)] = 1;
-                        pen(id);
-                    }
-        }
-        for (const auto& [id, count] : history.output_counts)
+            }
+        for (const auto& [id, count] : output_counts)
             if (id >= 0 && id < n_vocab)
                 w[static_cast<size_t>(id)] -= p.frequency_penalty * static_cast<float>(count) +
                                               (count > 0 ? p.presence_penalty : 0.0f);
@@ -202,6 +199,53 @@ SampleResult sample_logits(std::span<const float> logits, const SamplingParams& 
         }
     }
     return r;
+}
+
+}  // namespace
+
+SampleResult sample_logits(std::span<const float> logits, const SamplingParams& p, const TokenHistory& history,
+                           double u, SamplerScratch& scratch) {
+    std::vector<int32_t> repeated;
+    if (p.repetition_penalty != 1.0f) {
+        std::vector<char> seen(logits.size(), 0);
+        for (const auto* list : {&history.prompt, &history.output})
+            for (int32_t id : *list)
+                if (id >= 0 && static_cast<size_t>(id) < logits.size() && !seen[static_cast<size_t>(id)]) {
+                    seen[static_cast<size_t>(id)] = 1;
+                    repeated.push_back(id);
+                }
+    }
+    return sample_core(logits, p, repeated, history.output_counts, u, scratch);
+}
+
+void PenaltyState::reset(int32_t n_vocab, bool repetition, std::span<const int32_t> prompt,
+                         std::span<const int32_t> output) {
+    n_vocab_ = n_vocab;
+    repetition_ = repetition;
+    seen_.assign(repetition ? static_cast<size_t>(n_vocab) : 0, 0);
+    repeated_.clear();
+    counts_.clear();
+    for (int32_t id : prompt) see(id);
+    for (int32_t id : output) add_output(id);
+}
+
+void PenaltyState::see(int32_t id) {
+    if (repetition_ && id >= 0 && id < n_vocab_ && !seen_[static_cast<size_t>(id)]) {
+        seen_[static_cast<size_t>(id)] = 1;
+        repeated_.push_back(id);
+    }
+}
+
+void PenaltyState::add_output(int32_t id) {
+    see(id);
+    ++counts_[id];
+}
+
+SampleResult sample_logits(std::span<const float> logits, const SamplingParams& p, const PenaltyState& state,
+                           double u, SamplerScratch& scratch) {
+    if (p.repetition_penalty != 1.0f && !state.tracks_repetition())
+        throw std::logic_error("PenaltyState made without repetition tracking");
+    return sample_core(logits, p, state.repeated(), state.output_counts(), u, scratch);
 }
 
 }  // namespace loom::engine

@@ -48,6 +48,33 @@ struct TokenHistory {
     }
 };
 
+/// A sequence's penalty inputs kept up to date as tokens arrive (a backend's per-slot state):
+/// the distinct ids of prompt and output (repetition penalty) and each output id's count
+/// (presence and frequency penalties). add_output() is O(1), so a long sequence does not make
+/// each sampling step slower; sampling with it gives exactly what sampling with the equivalent
+/// TokenHistory gives.
+class PenaltyState {
+public:
+    /// Starts over for a sequence of `prompt` that has output `output` so far. With
+    /// `repetition` false the distinct ids are not tracked (no n_vocab-byte table), and sampling
+    /// with a repetition penalty is refused.
+    void reset(int32_t n_vocab, bool repetition, std::span<const int32_t> prompt, std::span<const int32_t> output);
+    /// Counts `id` as the next output token.
+    void add_output(int32_t id);
+    bool tracks_repetition() const { return repetition_; }
+    /// Distinct ids (< n_vocab) of prompt and output, in first-seen order.
+    std::span<const int32_t> repeated() const { return repeated_; }
+    const std::unordered_map<int32_t, int32_t>& output_counts() const { return counts_; }
+
+private:
+    void see(int32_t id);
+    int32_t n_vocab_ = 0;
+    bool repetition_ = false;
+    std::vector<uint8_t> seen_;
+    std::vector<int32_t> repeated_;
+    std::unordered_map<int32_t, int32_t> counts_;
+};
+
 /// A sampled token with its logprob and the top-K (token, logprob) pairs, sorted by
 /// logprob descending, ties by lower id. logprob may be -inf (processed mode only).
 struct SampleResult {
@@ -70,6 +97,12 @@ struct SamplerScratch {
 /// contain NaN (the engine turns that into an ERR line).
 SampleResult sample_logits(std::span<const float> logits, const SamplingParams& params,
                            const TokenHistory& history, double u, SamplerScratch& scratch);
+
+/// sample_logits() with the penalties read from `state` (same result as with a TokenHistory of
+/// the same prompt and output). Throws std::logic_error when params asks for a repetition
+/// penalty that `state` does not track, std::runtime_error on NaN logits.
+SampleResult sample_logits(std::span<const float> logits, const SamplingParams& params, const PenaltyState& state,
+                           double u, SamplerScratch& scratch);
 
 /// Raw logprob of `token` and the top-k raw (token, logprob) pairs over the whole
 /// vocabulary (prompt logprobs). Throws std::runtime_error on NaN logits.

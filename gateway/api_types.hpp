@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gateway/output_options.hpp"
 #include "protocol/protocol.hpp"
 
 namespace loom::gateway {
@@ -37,7 +38,7 @@ struct GenerationRequest {
     std::vector<std::vector<int32_t>> prompts;  ///< token ids per prompt
     int n = 1;
     std::optional<int64_t> max_tokens;          ///< absent: until the context is full
-    protocol::Gen sampling;                     ///< sampling keys (id and prompt unset)
+    protocol::Gen sampling;                     ///< sampling keys; gen_for_choice() adds the rest
     std::vector<std::string> stop;              ///< up to 4 stop strings
     bool logprobs = false;                      ///< return logprobs at all
     int top_logprobs = 0;                       ///< alternatives per position, 0..20
@@ -45,6 +46,8 @@ struct GenerationRequest {
     bool stream = false;
     bool include_usage = false;                 ///< stream_options.include_usage
     bool tokens_as_ids = false;                 ///< return_tokens_as_token_ids (vLLM): token = "token_id:<id>"
+    OutputOptions output;                       ///< chat: how to split the output (tool calls, reasoning)
+    std::optional<OutputConstraint> constraint; ///< grammar the engine must enforce (needs its `grammar` capability)
 };
 
 }  // namespace loom::gateway

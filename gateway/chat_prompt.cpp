@@ -2,7 +2,7 @@
 #include "gateway/chat_prompt.hpp"
 
 #include "gateway/api_types.hpp"
-#include "gateway/templates/chat_template.hpp"
+#include "gateway/chat_template.hpp"
 
 namespace loom::gateway {
 namespace {

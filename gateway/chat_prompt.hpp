@@ -7,7 +7,7 @@
 
 #include <rapidjson/document.h>
 
-#include "model/vocab.hpp"
+#include "model/gguf/vocab.hpp"
 
 namespace loom::gateway {
 

@@ -1,40 +1,29 @@
-// POST /v1/completions and /v1/chat/completions: validate, send one GEN per choice,
-// assemble text and logprobs per choice, and answer as one JSON body or as
+// POST /v1/completions and /v1/chat/completions: build the request (serving_completions,
+// serving_chat), check it against the engine, send one GEN per choice, let the stream
+// driver carry the engine's events to the client, and answer as one JSON body or as
 // server-sent events (data: <chunk>, ..., data: [DONE]).
 //
 // Source: the OpenAI API reference (completions and chat completions, streamed and
-// not; `n`, `echo`, `stop`, `stream_options.include_usage`; the error object).
-#include <sys/socket.h>
-
-#include <cerrno>
+// not; `n`, `echo`, `stop`, `stream_options.include_usage`; the error object), and
+// vLLM's serving layer (one request builder per endpoint in front of a shared engine).
+#include <algorithm>
+#include <cstdio>
 #include <ctime>
+#include <variant>
 
+#include "gateway/choice.hpp"
 #include "gateway/response_json.hpp"
+#include "gateway/sampling_params.hpp"
 #include "gateway/server.hpp"
-#include "gateway/text_assembler.hpp"
+#include "gateway/serving_chat.hpp"
+#include "gateway/serving_completions.hpp"
+#include "gateway/stream_driver.hpp"
 
 namespace loom::gateway {
 namespace {
 
 // Most choices (prompts x n) one request may ask for: each is one engine request.
 constexpr size_t kMaxChoices = 256;
-
-struct Choice {
-    Choice(const model::Tokenizer& tok, std::vector<std::string> stops, bool specials_as_text)
-        : text_asm(tok, std::move(stops), specials_as_text) {}
-    int index = 0;
-    size_t prompt_index = 0;
-    std::string engine_id;
-    TextAssembler text_asm;
-    std::string text;                       // non-streamed: all released text
-    std::vector<LogprobEntry> entries;      // non-streamed: all released entries
-    bool echo = false;                      // completions echo: the prompt goes first
-    size_t echo_next = 0;                   // next prompt token to echo
-    std::optional<std::string> finish;
-    int64_t engine_tokens = 0;              // completion_tokens from DONE
-    int64_t char_offset = 0;                // characters already sent (text_offset)
-    bool done = false;
-};
 
 // Refuses (400) what the engine cannot serve: a capability it did not announce, more
 // top logprobs than it returns, token ids past its logits, too many choices.
@@ -44,15 +33,20 @@ void check_against_engine(const GenerationRequest& g, const protocol::Hello& h) 
             throw ApiError(400, std::string("the engine (") + h.engine + ") does not support " + what, param,
                            "unsupported_by_engine");
     };
+    namespace cap = protocol::cap;
     const auto& s = g.sampling;
-    need(g.logprobs, "logprobs", "logprobs", "logprobs");
-    need(g.echo && g.logprobs, "prompt_logprobs", "prompt logprobs (echo with logprobs)", "echo");
-    need(!s.allowed.empty(), "allowed", "allowed_token_ids", "allowed_token_ids");
-    need(!s.logit_bias.empty(), "logit_bias", "logit_bias", "logit_bias");
-    need(s.presence_penalty != 0 || s.frequency_penalty != 0 || s.repetition_penalty != 1, "penalties", "penalties",
-         "presence_penalty");
-    need(s.processed_logprobs, "processed_logprobs", "logprobs_mode=processed", "logprobs_mode");
-    need(s.seed.has_value(), "seed", "seed", "seed");
+    need(g.logprobs, cap::kLogprobs, "logprobs", "logprobs");
+    need(g.echo && g.logprobs, cap::kPromptLogprobs, "prompt logprobs (echo with logprobs)", "echo");
+    need(!s.allowed.empty(), cap::kAllowed, "allowed_token_ids", "allowed_token_ids");
+    need(!s.logit_bias.empty(), cap::kLogitBias, "logit_bias", "logit_bias");
+    need(s.presence_penalty != 0 || s.frequency_penalty != 0 || s.repetition_penalty != 1, cap::kPenalties,
+         "penalties", "presence_penalty");
+    need(s.processed_logprobs, cap::kProcessedLogprobs, "logprobs_mode=processed", "logprobs_mode");
+    need(s.seed.has_value(), cap::kSeed, "seed", "seed");
+    if (g.constraint)  // the seam for the grammar engine: tool_request.hpp builds the constraint
+        need(true, cap::kGrammar,
+             (std::string("grammar-constrained decoding, which '") + g.constraint->param + "' needs").c_str(),
+             g.constraint->param.c_str());
     if (g.logprobs && g.top_logprobs > h.max_logprobs)
         throw ApiError(400, "the engine returns at most " + std::to_string(h.max_logprobs) + " top logprobs",
                        "top_logprobs");
@@ -68,15 +62,44 @@ void check_against_engine(const GenerationRequest& g, const protocol::Hello& h) 
                        "n");
 }
 
-// Completes when the client closes its end (or sends more bytes, which ends the
-// watch); pushes Disconnected in the first case. Cancelled with socket.cancel().
-asio::awaitable<void> watch_disconnect(tcp::socket& s, std::shared_ptr<EventQueue> q, std::shared_ptr<bool> live) {
-    boost::system::error_code ec;
-    co_await s.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec || !*live) co_return;
-    char c;
-    const ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) q->push(-1, Disconnected{});
+// The validated request, or the error to answer with (503 while the engine is not ready).
+std::variant<GenerationRequest, ApiError> build_request(App& app, const std::string& body, Endpoint endpoint) {
+    if (!app.engine->ready())
+        return ApiError(503, "the engine is not ready; retry shortly", "", "engine_unavailable", "server_error");
+    try {
+        GenerationRequest g = endpoint == Endpoint::ChatCompletions ? build_chat_request(body, app.model_context())
+                                                                    : build_completion_request(body, app.model_context());
+        check_against_engine(g, app.engine->hello());
+        return g;
+    } catch (const ApiError& e) {
+        return e;
+    }
+}
+
+// One engine request per choice (index = prompt_index * n + i), its events to `queue`.
+std::vector<std::unique_ptr<Choice>> submit_choices(App& app, const GenerationRequest& g,
+                                                    const std::shared_ptr<EventQueue>& queue) {
+    std::vector<std::unique_ptr<Choice>> choices;
+    const int64_t n_ctx = app.engine->hello().n_ctx;
+    for (size_t p = 0; p < g.prompts.size(); ++p)
+        for (int i = 0; i < g.n; ++i) {
+            auto c = std::make_unique<Choice>(*app.tokenizer, g, static_cast<int>(choices.size()), p);
+            c->engine_id = app.engine->submit(gen_for_choice(g, p, i, n_ctx), g.logprobs, queue, c->index());
+            choices.push_back(std::move(c));
+        }
+    return choices;
+}
+
+Usage usage_of(const GenerationRequest& g, const std::vector<std::unique_ptr<Choice>>& choices) {
+    Usage u;
+    for (const auto& p : g.prompts) u.prompt_tokens += static_cast<int64_t>(p.size());  // once per prompt, whatever n
+    std::vector<int64_t> cached(g.prompts.size(), 0);  // per prompt, counted once like prompt_tokens
+    for (const auto& c : choices) {
+        u.completion_tokens += c->completion_tokens();
+        cached[c->prompt_index()] = std::max(cached[c->prompt_index()], c->cached_tokens());
+    }
+    for (int64_t n : cached) u.cached_tokens += n;
+    return u;
 }
 
 std::string response_id(App& app, Endpoint ep) {
@@ -86,37 +109,6 @@ std::string response_id(App& app, Endpoint ep) {
     return std::string(ep == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") + buf;
 }
 
-// Server-sent events over a chunked HTTP/1.1 response.
-class SseWriter {
-public:
-    explicit SseWriter(beast::tcp_stream& s) : s_(s) {}
-    asio::awaitable<bool> header(unsigned version) {
-        http::response<http::empty_body> res{http::status::ok, version};
-        res.set(http::field::server, "loom");
-        res.set(http::field::content_type, "text/event-stream");
-        res.set(http::field::cache_control, "no-cache");
-        res.chunked(true);
-        http::response_serializer<http::empty_body> sr{res};
-        boost::system::error_code ec;
-        co_await http::async_write_header(s_, sr, asio::redirect_error(asio::use_awaitable, ec));
-        co_return !ec;
-    }
-    asio::awaitable<bool> event(const std::string& data) {
-        std::string payload = "data: " + data + "\n\n";
-        boost::system::error_code ec;
-        co_await asio::async_write(s_, http::make_chunk(asio::buffer(payload)), asio::redirect_error(asio::use_awaitable, ec));
-        co_return !ec;
-    }
-    asio::awaitable<bool> end() {
-        boost::system::error_code ec;
-        co_await asio::async_write(s_, http::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));
-        co_return !ec;
-    }
-
-private:
-    beast::tcp_stream& s_;
-};
-
 }  // namespace
 
 asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
@@ -124,192 +116,32 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
                                         bool& started) {
     const unsigned version = req.version();
     const bool keep = req.keep_alive();
-    if (!app.engine->ready()) {
-        co_await write_json(stream, http::status::service_unavailable,
-                            error_body(ApiError(503, "the engine is not ready; retry shortly", "", "engine_unavailable",
-                                                "server_error")),
-                            keep, version);
+    auto built = build_request(app, req.body(), endpoint);
+    if (const auto* e = std::get_if<ApiError>(&built)) {
+        co_await write_json(stream, static_cast<http::status>(e->status), error_body(*e), keep, version);
         co_return true;
     }
-    GenerationRequest g;
-    std::optional<ApiError> invalid;
-    try {
-        g = parse_generation_request(req.body(), endpoint, app.model_context());
-        check_against_engine(g, app.engine->hello());
-    } catch (const ApiError& e) {
-        invalid = e;
-    }
-    if (invalid) {
-        co_await write_json(stream, static_cast<http::status>(invalid->status), error_body(*invalid), keep, version);
-        co_return true;
-    }
-
-    const bool chat = endpoint == Endpoint::ChatCompletions;
-    const model::Tokenizer& tok = *app.tokenizer;
-    const int64_t n_ctx = app.engine->hello().n_ctx;
+    const GenerationRequest& g = std::get<GenerationRequest>(built);
     auto queue = std::make_shared<EventQueue>(stream.get_executor());
-    std::vector<std::unique_ptr<Choice>> choices;
-    Usage usage;
-    for (size_t p = 0; p < g.prompts.size(); ++p) {
-        const auto& prompt = g.prompts[p];
-        usage.prompt_tokens += static_cast<int64_t>(prompt.size());  // once per prompt, whatever n
-        for (int i = 0; i < g.n; ++i) {
-            // Completions spell special tokens with their text; chat gives them no bytes.
-            auto c = std::make_unique<Choice>(tok, g.stop, !chat);
-            c->index = static_cast<int>(choices.size());
-            c->prompt_index = p;
-            c->echo = g.echo;
-            protocol::Gen gen = g.sampling;
-            gen.prompt = prompt;
-            gen.max_tokens = g.max_tokens.value_or(n_ctx - static_cast<int64_t>(prompt.size()));
-            if (g.logprobs) gen.logprobs = g.top_logprobs;
-            if (g.echo && g.logprobs) gen.prompt_logprobs = g.top_logprobs;
-            // Each choice its own stream of draws: seed, seed+1, ... (reproducible per choice).
-            if (gen.seed && i > 0) gen.seed = *gen.seed + static_cast<uint64_t>(i);
-            c->engine_id = app.engine->submit(std::move(gen), g.logprobs, queue, c->index);
-            choices.push_back(std::move(c));
-        }
-    }
+    auto choices = submit_choices(app, g, queue);
     const ResponseMeta meta{response_id(app, endpoint), static_cast<int64_t>(std::time(nullptr)), app.opts.model_id};
 
-    auto live = std::make_shared<bool>(true);
-    tcp::socket& sock = stream.socket();
-    asio::co_spawn(stream.get_executor(), watch_disconnect(sock, queue, live), asio::detached);
-    auto cancel_all = [&] {
-        for (auto& c : choices)
-            if (!c->done) app.engine->cancel(c->engine_id);
-    };
-    auto stop_watch = [&] {
-        *live = false;
-        boost::system::error_code ignore;
-        sock.cancel(ignore);
-    };
-
-    SseWriter sse(stream);
+    StreamDriver driver(stream, *app.engine, queue, choices, g, meta, *app.tokenizer);
     if (g.stream) {
         started = true;
-        bool ok = co_await sse.header(version);
-        if (ok && chat)
-            for (auto& c : choices) {
-                ChoiceOut out;
-                out.index = c->index;
-                out.first_chunk = true;
-                if (!(ok = co_await sse.event(stream_chunk(g, meta, tok, &out, nullptr)))) break;
-            }
-        if (!ok) {
-            cancel_all();
-            stop_watch();
-            co_return false;
-        }
+        if (!co_await driver.begin(version)) co_return false;
     }
-
-    // Sends (stream) or keeps (non-stream) what a choice released.
-    auto deliver = [&](Choice& c, Released rel, std::optional<std::string> finish) -> asio::awaitable<bool> {
-        if (!g.stream) {
-            c.text += rel.text;
-            for (auto& e : rel.entries) c.entries.push_back(std::move(e));
-            co_return true;
-        }
-        if (rel.empty() && !finish) co_return true;
-        ChoiceOut out;
-        out.index = c.index;
-        out.text = std::move(rel.text);
-        out.entries = std::move(rel.entries);
-        out.finish_reason = std::move(finish);
-        out.text_offset = c.char_offset;
-        c.char_offset += utf8_chars(out.text);
-        co_return co_await sse.event(stream_chunk(g, meta, tok, &out, nullptr));
-    };
-    // The prompt tokens whose PLP line did not come (all of them without logprobs)
-    // are echoed, without logprobs, before the first generated token.
-    auto echo_rest = [&](Choice& c) {
-        Released all;
-        if (!c.echo) return all;
-        const auto& prompt = g.prompts[c.prompt_index];
-        for (; c.echo_next < prompt.size(); ++c.echo_next) {
-            Released r = c.text_asm.push_prompt(prompt[c.echo_next], nullptr);
-            all.text += r.text;
-            for (auto& e : r.entries) all.entries.push_back(std::move(e));
-        }
-        c.echo = false;
-        return all;
-    };
-
-    std::optional<ApiError> failure;
-    bool client_gone = false;
-    size_t open = choices.size();
-    while (open > 0) {
-        auto [ci, ev] = co_await queue->next();
-        if (std::holds_alternative<Disconnected>(ev)) {
-            client_gone = true;
-            break;
-        }
-        Choice& c = *choices[static_cast<size_t>(ci)];
-        if (c.done) continue;
-        bool ok = true;
-        if (auto* t = std::get_if<TokenEvent>(&ev)) {
-            if (c.text_asm.stopped()) continue;
-            Released rel = echo_rest(c);
-            Released more = c.text_asm.push(t->token, t->lp ? &*t->lp : nullptr);
-            rel.text += more.text;
-            for (auto& e : more.entries) rel.entries.push_back(std::move(e));
-            if (c.text_asm.stopped()) app.engine->cancel(c.engine_id);
-            ok = co_await deliver(c, std::move(rel), std::nullopt);
-        } else if (auto* plp = std::get_if<protocol::PromptLogprobs>(&ev)) {
-            const auto& prompt = g.prompts[c.prompt_index];
-            if (c.echo && plp->index == static_cast<int64_t>(c.echo_next) && c.echo_next < prompt.size()) {
-                Released rel = c.text_asm.push_prompt(prompt[c.echo_next], plp);
-                ++c.echo_next;
-                ok = co_await deliver(c, std::move(rel), std::nullopt);
-            }
-        } else if (auto* d = std::get_if<protocol::Done>(&ev)) {
-            c.done = true;
-            --open;
-            c.engine_tokens = d->completion_tokens;
-            c.finish = (c.text_asm.stopped() || d->finish != "length") ? "stop" : "length";
-            Released rel = echo_rest(c);
-            Released more = c.text_asm.finish();
-            rel.text += more.text;
-            for (auto& e : more.entries) rel.entries.push_back(std::move(e));
-            ok = co_await deliver(c, std::move(rel), c.finish);
-        } else if (auto* err = std::get_if<protocol::Error>(&ev)) {
-            c.done = true;
-            --open;
-            failure = ApiError(503, "the engine failed this request: " + err->message, "", "engine_error", "server_error");
-            break;
-        }
-        if (!ok) {
-            client_gone = true;
-            break;
-        }
-    }
-    stop_watch();
-    if (client_gone || failure) cancel_all();
-    if (client_gone) co_return false;
-
-    for (const auto& c : choices)
-        usage.completion_tokens += c->text_asm.stopped() ? c->text_asm.generated() : c->engine_tokens;
-    if (g.stream) {
-        // An engine failure mid-stream: an error event (the OpenAI error object), then
-        // the usual end of the stream.
-        if (failure) co_await sse.event(error_body(*failure));
-        else if (g.include_usage) co_await sse.event(stream_chunk(g, meta, tok, nullptr, &usage));
-        co_return co_await sse.event("[DONE]") && co_await sse.end() && keep;
-    }
-    if (failure) {
-        co_await write_json(stream, static_cast<http::status>(failure->status), error_body(*failure), keep, version);
+    co_await driver.run();
+    if (driver.client_gone()) co_return false;
+    const Usage usage = usage_of(g, choices);
+    if (g.stream) co_return co_await driver.end(usage) && keep;
+    if (const auto& f = driver.failure()) {
+        co_await write_json(stream, static_cast<http::status>(f->status), error_body(*f), keep, version);
         co_return true;
     }
     std::vector<ChoiceOut> outs;
-    for (auto& c : choices) {
-        ChoiceOut o;
-        o.index = c->index;
-        o.text = std::move(c->text);
-        o.entries = std::move(c->entries);
-        o.finish_reason = c->finish;
-        outs.push_back(std::move(o));
-    }
-    co_await write_json(stream, http::status::ok, full_response(g, meta, tok, outs, usage), keep, version);
+    for (auto& c : choices) outs.push_back(c->take_whole());
+    co_await write_json(stream, http::status::ok, full_response(g, meta, *app.tokenizer, outs, usage), keep, version);
     co_return true;
 }
 

@@ -7,7 +7,7 @@
 #include <iostream>
 
 #include "gateway/server.hpp"
-#include "model/gguf.hpp"
+#include "model/gguf/gguf.hpp"
 
 namespace po = boost::program_options;
 using namespace loom::gateway;
@@ -25,7 +25,7 @@ std::string default_engine(const char* argv0) {
 
 int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);  // a dead engine or client must not kill the gateway
-    std::string model, engine, host, model_id, api_key, engine_log;
+    std::string model, engine, host, model_id, api_key, engine_log, tool_parser, reasoning_parser;
     int port = 8080, ctx = 0;
     size_t max_body = 8u << 20;
     std::vector<std::string> engine_args;
@@ -44,7 +44,11 @@ int main(int argc, char** argv) {
         ("model-id", po::value(&model_id), "model id served on /v1/models (default: the file name without .gguf)")
         ("api-key", po::value(&api_key), "require 'Authorization: Bearer <key>' on every endpoint but /health (default: $LOOM_API_KEY, or none)")
         ("max-body", po::value(&max_body)->default_value(8u << 20), "largest request body in bytes (larger: 413)")
-        ("engine-log", po::value(&engine_log), "write every protocol line to this file ('> ' sent, '< ' received)");
+        ("engine-log", po::value(&engine_log), "write every protocol line to this file ('> ' sent, '< ' received)")
+        ("tool-parser", po::value(&tool_parser)->default_value("auto"),
+         ("syntax of the model's tool calls: auto (from its chat template) or one of " + tool_family_names()).c_str())
+        ("reasoning-parser", po::value(&reasoning_parser)->default_value("auto"),
+         ("syntax of the model's reasoning: auto (from its chat template) or one of " + reasoning_family_names()).c_str());
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -63,6 +67,14 @@ int main(int argc, char** argv) {
     }
     if (api_key.empty())
         if (const char* k = std::getenv("LOOM_API_KEY")) api_key = k;
+    const auto tools = tool_parser == "auto" ? std::optional<ToolFamily>() : tool_family_from_name(tool_parser);
+    const auto reasoning =
+        reasoning_parser == "auto" ? std::optional<ReasoningFamily>() : reasoning_family_from_name(reasoning_parser);
+    if ((tool_parser != "auto" && !tools) || (reasoning_parser != "auto" && !reasoning)) {
+        std::cerr << "loom-gateway: --tool-parser takes auto, " << tool_family_names()
+                  << "; --reasoning-parser takes auto, " << reasoning_family_names() << "\n";
+        return 2;
+    }
 
     // The io_context outlives the App: the engine's pipes must be closed (in
     // ~EngineClient) while the io_context that owns their reactor still exists.
@@ -79,6 +91,11 @@ int main(int argc, char** argv) {
         auto file = loom::model::GgufFile::open(model);
         app.tokenizer = loom::model::Tokenizer::from_gguf(file);
         app.chat = std::make_unique<ChatRenderer>(app.tokenizer->vocab());
+        const std::string& tmpl = app.tokenizer->vocab().chat_template;
+        app.chat_format.tools = tools.value_or(detect_tool_family(tmpl));
+        app.chat_format.reasoning = reasoning.value_or(detect_reasoning_family(tmpl));
+        std::cerr << "loom-gateway: chat output: tool calls " << tool_family_name(app.chat_format.tools)
+                  << ", reasoning " << reasoning_family_name(app.chat_format.reasoning) << "\n";
     } catch (const std::exception& e) {
         std::cerr << "loom-gateway: cannot use " << model << ": " << e.what() << "\n";
         return 1;

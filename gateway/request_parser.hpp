@@ -1,7 +1,10 @@
-// Parses and validates OpenAI request bodies into GenerationRequest.
+// The request fields both OpenAI endpoints share, validated in one place: the JSON body
+// itself, `model`, `n`, `best_of`, the sampling fields (sampling_params.hpp), `stream`,
+// `stream_options`, `stop`, `return_tokens_as_token_ids` and the range of max_tokens.
+// Each endpoint's own fields and its prompt are serving_completions' and serving_chat's.
 //
 // Source: the OpenAI API reference for /v1/completions and /v1/chat/completions
-// (parameter types and ranges), plus vLLM's sampling extensions.
+// (parameter types and ranges), plus vLLM's extensions.
 #pragma once
 
 #include <functional>
@@ -11,7 +14,8 @@
 #include <rapidjson/document.h>
 
 #include "gateway/api_types.hpp"
-#include "model/tokenizer.hpp"
+#include "gateway/output_options.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 
@@ -28,15 +32,21 @@ struct ModelContext {
     /// True when the rendered chat text already starts with BOS when needed (a chat
     /// template prints bos_token itself); false: the tokenizer adds BOS.
     bool template_adds_bos = false;
+    ChatFormat chat_format;                 ///< tool-call and reasoning syntax of the chat output
+    std::string chat_template;              ///< the GGUF's chat template ("" for none)
 };
 
-/// Checks an OpenAI chat `messages` array: non-empty; each an object with a known
-/// role and string or text-part content. Throws ApiError(400) naming the bad field.
-void validate_messages(const rapidjson::Value& messages);
+/// Parses a request body. Throws ApiError(400) when it is not valid JSON (the message
+/// gives RapidJSON's reason and the byte offset) or not a JSON object.
+rapidjson::Document parse_json_object(std::string_view body);
 
-/// Validates `body` (JSON) for `endpoint` and tokenizes its prompts. Throws ApiError
-/// with status 400 (malformed JSON, wrong types, values out of range, prompt longer
-/// than the context), 404 (unknown model).
-GenerationRequest parse_generation_request(std::string_view body, Endpoint endpoint, const ModelContext& ctx);
+/// Validates the fields of `body` that both endpoints share and returns them as a
+/// request for `endpoint` without prompts: `model` must be ctx.model_id (else 404,
+/// code model_not_found); `n` in 1..128, `best_of` equal to it; the sampling fields
+/// (parse_sampling_params()); `stream` and `stream_options.include_usage` (only with
+/// stream); `stop`, a string or up to 4 non-empty strings; `return_tokens_as_token_ids`;
+/// `max_completion_tokens`, else `max_tokens`, in 0..ctx.n_ctx (absent: left unset).
+/// Throws ApiError(400) naming the first invalid field.
+GenerationRequest parse_common_fields(const rapidjson::Value& body, Endpoint endpoint, const ModelContext& ctx);
 
 }  // namespace loom::gateway

@@ -45,11 +45,8 @@ std::string display(const model::Tokenizer& tok, bool as_ids, int32_t id, const 
     return as_ids ? "token_id:" + std::to_string(id) : token_display(tok, id, bytes, special);
 }
 
-// Chat: logprobs.content entries.
-void chat_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<LogprobEntry>& entries, bool as_ids) {
-    w.Key("logprobs");
-    w.StartObject();
-    w.Key("content");
+// Chat: a list of logprob entries ({token, logprob, bytes, top_logprobs}).
+void entry_list(Writer& w, const model::Tokenizer& tok, const std::vector<LogprobEntry>& entries, bool as_ids) {
     w.StartArray();
     for (const LogprobEntry& e : entries) {
         w.StartObject();
@@ -77,9 +74,68 @@ void chat_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<Log
         w.EndObject();
     }
     w.EndArray();
+}
+
+// Chat: logprobs.content, and (loom's extension) one list per other part of a split
+// output: reasoning_content, and tool_calls[] = {index, name, arguments}.
+void chat_logprobs(Writer& w, const model::Tokenizer& tok, const ChoiceOut& c, bool as_ids) {
+    w.Key("logprobs");
+    w.StartObject();
+    w.Key("content");
+    entry_list(w, tok, c.entries, as_ids);
     w.Key("refusal");
     w.Null();
+    if (!c.reasoning_entries.empty()) {
+        w.Key("reasoning_content");
+        entry_list(w, tok, c.reasoning_entries, as_ids);
+    }
+    if (!c.tool_calls.empty()) {
+        w.Key("tool_calls");
+        w.StartArray();
+        for (const ToolCallDelta& t : c.tool_calls) {
+            w.StartObject();
+            w.Key("index");
+            w.Int(t.index);
+            w.Key("name");
+            entry_list(w, tok, t.name_entries, as_ids);
+            w.Key("arguments");
+            entry_list(w, tok, t.arg_entries, as_ids);
+            w.EndObject();
+        }
+        w.EndArray();
+    }
     w.EndObject();
+}
+
+// message.tool_calls (complete calls) or delta.tool_calls (a header: index, id, type
+// and name with empty arguments; else index and an arguments fragment).
+void tool_calls(Writer& w, const ChoiceOut& c, bool chunk) {
+    w.Key("tool_calls");
+    w.StartArray();
+    for (const ToolCallDelta& t : c.tool_calls) {
+        w.StartObject();
+        if (chunk) {
+            w.Key("index");
+            w.Int(t.index);
+        }
+        if (t.header || !chunk) {
+            w.Key("id");
+            str(w, t.id);
+            w.Key("type");
+            w.String("function");
+        }
+        w.Key("function");
+        w.StartObject();
+        if (t.header || !chunk) {
+            w.Key("name");
+            str(w, t.name);
+        }
+        w.Key("arguments");
+        str(w, t.arguments);
+        w.EndObject();
+        w.EndObject();
+    }
+    w.EndArray();
 }
 
 // Completions: the legacy {tokens, token_logprobs, top_logprobs, text_offset}.
@@ -156,6 +212,13 @@ void usage_obj(Writer& w, const Usage& u) {
     w.Int64(u.completion_tokens);
     w.Key("total_tokens");
     w.Int64(u.prompt_tokens + u.completion_tokens);
+    if (u.cached_tokens > 0) {
+        w.Key("prompt_tokens_details");
+        w.StartObject();
+        w.Key("cached_tokens");
+        w.Int64(u.cached_tokens);
+        w.EndObject();
+    }
     w.EndObject();
 }
 
@@ -173,22 +236,26 @@ void choice(Writer& w, const GenerationRequest& req, const model::Tokenizer& tok
         }
         if (!chunk || !c.text.empty() || c.first_chunk) {
             w.Key("content");
-            str(w, c.text);
+            // With tool calls and no text, content is null (as OpenAI answers).
+            if (!chunk && c.text.empty() && !c.tool_calls.empty()) w.Null();
+            else str(w, c.text);
+        }
+        if (!c.reasoning.empty()) {
+            w.Key("reasoning_content");
+            str(w, c.reasoning);
         }
         if (!chunk) {
             w.Key("refusal");
             w.Null();
-            w.Key("tool_calls");
-            w.StartArray();
-            w.EndArray();
         }
+        if (!c.tool_calls.empty()) tool_calls(w, c, chunk);
         w.EndObject();
     } else {
         w.Key("text");
         str(w, c.text);
     }
     if (req.logprobs) {
-        if (chat) chat_logprobs(w, tok, c.entries, req.tokens_as_ids);
+        if (chat) chat_logprobs(w, tok, c, req.tokens_as_ids);
         else legacy_logprobs(w, tok, c.entries, c.text_offset, req.tokens_as_ids);
     } else {
         w.Key("logprobs");

@@ -12,8 +12,9 @@
 #include <vector>
 
 #include "gateway/api_types.hpp"
+#include "gateway/output_split.hpp"
 #include "gateway/text_assembler.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 
@@ -25,12 +26,22 @@ struct ChoiceOut {
     std::optional<std::string> finish_reason;
     int64_t text_offset = 0;             ///< completions: characters before `text` in this choice
     bool first_chunk = false;            ///< chat streams: the first chunk carries the role
+    /// Chat, when the output was split (gateway/output_split.hpp): `text` and
+    /// `entries` are the content; reasoning_content and its entries; the tool calls
+    /// (a full response: one complete ToolCallDelta per call, header set; a chunk: its
+    /// deltas). Their logprobs go in logprobs.reasoning_content and logprobs.tool_calls.
+    std::string reasoning;
+    std::vector<LogprobEntry> reasoning_entries;
+    std::vector<ToolCallDelta> tool_calls;
 };
 
-/// Token counts for `usage` (total_tokens is their sum).
+/// Token counts for `usage` (total_tokens is their sum). cached_tokens, the prompt tokens
+/// served from the engine's prefix cache, is written as prompt_tokens_details.cached_tokens
+/// (OpenAI's field) when > 0.
 struct Usage {
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;
+    int64_t cached_tokens = 0;
 };
 
 /// Identity of one response: id ("cmpl-..." / "chatcmpl-..."), creation time (Unix

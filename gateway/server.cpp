@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "gateway/response_json.hpp"
+#include "gateway/serving_chat.hpp"
 #include "gateway/text_assembler.hpp"
 
 namespace loom::gateway {
@@ -310,6 +311,8 @@ ModelContext App::model_context() const {
     ctx.tokenizer = tokenizer.get();
     ctx.n_ctx = engine->hello().n_ctx;
     ctx.template_adds_bos = chat->has_template();
+    ctx.chat_format = chat_format;
+    ctx.chat_template = tokenizer->vocab().chat_template;
     const ChatRenderer* c = chat.get();
     ctx.render_chat = [c](const rapidjson::Value& m, const rapidjson::Value* t, bool g, const rapidjson::Value* k) {
         return c->render(m, t, g, k);

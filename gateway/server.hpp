@@ -11,8 +11,9 @@
 #include "gateway/chat_prompt.hpp"
 #include "gateway/engine_client.hpp"
 #include "gateway/net.hpp"
+#include "gateway/output_options.hpp"
 #include "gateway/request_parser.hpp"
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::gateway {
 
@@ -31,6 +32,7 @@ struct App {
     ServerOptions opts;
     std::unique_ptr<model::Tokenizer> tokenizer;
     std::unique_ptr<ChatRenderer> chat;
+    ChatFormat chat_format;  ///< tool-call and reasoning syntax of the model's chat output
     std::unique_ptr<EngineClient> engine;
     int64_t created = 0;  ///< Unix time the gateway started (the model's "created")
     uint64_t next_response = 1;

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 #include "protocol/protocol.hpp"
 
 namespace loom::gateway {

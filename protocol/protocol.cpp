@@ -91,7 +91,8 @@ std::string format_one(const Done& d) {
     if (d.finish.empty() || d.finish.find_first_of(" \t\r\n") != std::string::npos)
         throw std::invalid_argument("invalid finish reason");
     return "DONE " + d.id + " " + d.finish + " prompt_tokens=" + std::to_string(d.prompt_tokens) +
-           " completion_tokens=" + std::to_string(d.completion_tokens);
+           " completion_tokens=" + std::to_string(d.completion_tokens) +
+           (d.cached_tokens > 0 ? " cached_tokens=" + std::to_string(d.cached_tokens) : std::string());
 }
 std::string format_one(const Error& e) {
     if (e.id != "-") require_id(e.id);
@@ -300,10 +301,11 @@ EngineLine parse_engine(const std::vector<std::string_view>& parts) {
     }
     if (verb == "DONE") {
         need_parts(parts, 3, verb);
-        Done d{id, std::string(parts[2]), 0, 0};
+        Done d{id, std::string(parts[2]), 0, 0, 0};
         for (auto [k, v] : fields(parts, 3)) {
             if (k == "prompt_tokens") d.prompt_tokens = parse_int<int64_t>(v, k);
             else if (k == "completion_tokens") d.completion_tokens = parse_int<int64_t>(v, k);
+            else if (k == "cached_tokens") d.cached_tokens = parse_int<int64_t>(v, k);
         }
         return d;
     }

@@ -2,9 +2,9 @@
 //
 // Source: docs/protocol.md (the spec; keep the two in step). One message per line,
 // fields separated by single spaces, `key=value` fields in any order; unknown keys are
-// skipped so an older engine and a newer gateway still talk. Floats are written with 9
-// significant digits, enough for a float32 to survive the round trip. This library does
-// no I/O and depends on nothing else in loom.
+// skipped so an older engine and a newer gateway still talk. Floats are written as the
+// shortest decimal that reads back to the same float32, so a float32 survives the round
+// trip. This library does no I/O and depends on nothing else in loom.
 #pragma once
 
 #include <cstdint>
@@ -24,12 +24,26 @@ inline constexpr int kMaxLogprobs = 20;
 
 using TokenId = int32_t;
 
+/// Capability names an engine announces in HELLO's `caps=` (docs/protocol.md,
+/// "Capabilities"); the gateway refuses a request that needs one the engine lacks.
+namespace cap {
+inline constexpr char kLogprobs[] = "logprobs";                  ///< `logprobs=K` and LP lines
+inline constexpr char kAllowed[] = "allowed";                    ///< `allowed=`
+inline constexpr char kCancel[] = "cancel";                      ///< CANCEL
+inline constexpr char kPromptLogprobs[] = "prompt_logprobs";     ///< `prompt_logprobs=K` and PLP lines
+inline constexpr char kPenalties[] = "penalties";                ///< presence, frequency, repetition penalties
+inline constexpr char kLogitBias[] = "logit_bias";               ///< `logit_bias=`
+inline constexpr char kProcessedLogprobs[] = "processed_logprobs";  ///< `logprobs_mode=processed`
+inline constexpr char kSeed[] = "seed";                          ///< `seed=` gives reproducible sampling
+inline constexpr char kGrammar[] = "grammar";                    ///< grammar-constrained decoding (no engine yet)
+}  // namespace cap
+
 // ---------------------------------------------------------------------------
 // engine -> gateway
 
 /// First line an engine writes: who it is, the model facts the gateway needs, and
-/// what it can do. `caps` lists capability names such as "logprobs", "allowed",
-/// "cancel", "prompt_logprobs", "penalties", "logit_bias", "processed_logprobs".
+/// what it can do. `caps` lists capability names (the cap:: constants above; a name
+/// this library does not know is kept, so a newer engine's capabilities survive).
 struct Hello {
     int version = kVersion;
     std::string engine;   ///< executable name, e.g. "loom-engine-cpu"
@@ -42,6 +56,7 @@ struct Hello {
     std::vector<TokenId> eog;  ///< ids that end generation (finish_reason "stop")
     std::vector<std::string> caps;
     int max_logprobs = kMaxLogprobs;
+    /// True when `caps` holds `c` (exact, case-sensitive match).
     bool has_cap(std::string_view c) const;
 };
 
@@ -72,14 +87,16 @@ struct PromptLogprobs {
     std::vector<TokenLogprob> top;
 };
 
-/// `DONE <id> <finish> prompt_tokens=N completion_tokens=M`.
+/// `DONE <id> <finish> prompt_tokens=N completion_tokens=M [cached_tokens=C]`.
 /// finish: "stop" (an end-of-generation token; it is not sent as T), "length"
-/// (max_tokens or the context is full) or "cancelled".
+/// (max_tokens or the context is full) or "cancelled". cached_tokens: prompt tokens whose KV
+/// came from the prefix cache, written only when > 0 (absent reads as 0).
 struct Done {
     std::string id;
     std::string finish;
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;
+    int64_t cached_tokens = 0;
 };
 
 /// `ERR <id> <message>`: the request failed; message is free text to the end of the
@@ -131,7 +148,8 @@ struct ParseError {
 };
 
 /// Formats a line without its trailing newline. Throws std::invalid_argument for a
-/// value that cannot be written (a NaN logprob, an id with spaces or control bytes).
+/// value that cannot be written (a NaN float, an invalid request id, a GEN with an
+/// empty prompt, a DONE finish reason that is empty or holds whitespace).
 std::string format(const EngineLine& line);
 std::string format(const GatewayLine& line);
 
@@ -142,7 +160,8 @@ std::variant<GatewayLine, ParseError> parse_gateway_line(std::string_view line);
 /// True when `id` is a valid request id: 1..64 bytes of [A-Za-z0-9._-].
 bool valid_id(std::string_view id);
 
-/// Shortest decimal that reads back to the same float32 ("-inf" for -infinity).
+/// Shortest decimal that reads back to the same float32 (std::to_chars); "-inf" for
+/// -infinity, "inf" for +infinity. Throws std::invalid_argument for NaN.
 std::string format_float(float v);
 
 }  // namespace loom::protocol

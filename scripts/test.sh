@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: installs dependencies, builds (with loom-engine-cuda and its CPU
-# emulator when nvcc is present), runs CTest; builds again with AddressSanitizer +
+# Runs every test: installs dependencies, builds (loom-engine-gpuemu, the GPU kernels on
+# the CPU emulator, always; loom-engine-cuda too when nvcc is present), runs CTest; builds again with AddressSanitizer +
 # UndefinedBehaviorSanitizer and runs CTest once more; compiles loom-engine-hip with
 # hipcc; fuzzes the GGUF reader for a bounded time.
 # The tests read the shared models at ../shared (beside the repository), or at
@@ -13,7 +13,7 @@ jobs="${LOOM_JOBS:-$(nproc)}"
 
 cuda=()
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-  cuda=(-DLOOM_CUDA=ON)  # compiles loom-engine-cuda for sm_90a; its kernels also run on the CPU emulator
+  cuda=(-DLOOM_CUDA=ON)  # compiles loom-engine-cuda for sm_90a
 else
   echo "test: no nvcc found: loom-engine-cuda is not compiled"
 fi

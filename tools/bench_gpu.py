@@ -8,12 +8,12 @@ loom-gateway in front of it (OpenAI /v1/completions, streaming, read with http.c
 table with each figure against its baseline from the same run, and writes --json.
 
 Usage: bench_gpu.py --bin DIR --models A.gguf [B.gguf ...] [--json out.json]
-                    [--variant NAME:VAR=VAL[,VAR=VAL...] ...]
+                    [--variant NAME:ARG[,ARG...] ...]
 
-Each --variant runs loom-gpu-bench again (decode only) with those environment variables, after
-the default run, and the summary compares its decode rate with the default's from the same run
-(e.g. base:LOOM_GPU_MV1=0 for the batched kernel on one row, the path before the single-vector
-kernel).
+Each --variant runs loom-gpu-bench again (decode only) with those GPU options added, after the
+default run, and the summary compares its decode rate with the default's from the same run (e.g.
+kvf32:--kv-f32 for the F32 KV pool, invariant:--batch-invariant, nographs:--no-graphs,
+mv16:--matvec-rows,16).
 """
 import argparse
 import http.client
@@ -205,12 +205,9 @@ def main():
             res["variants"] = {}
             for v in args.variant:
                 vname, _, spec = v.partition(":")
-                env = dict(os.environ)
-                for kv in filter(None, spec.split(",")):
-                    k, _, val = kv.partition("=")
-                    env[k] = val
-                p = subprocess.run([os.path.join(args.bin, "loom-gpu-bench"), "--model", m, "--decode-only"],
-                                   capture_output=True, text=True, env=env)
+                extra = [a for a in spec.split(",") if a]
+                p = subprocess.run([os.path.join(args.bin, "loom-gpu-bench"), "--model", m, "--decode-only"] + extra,
+                                   capture_output=True, text=True)
                 print(f"-- variant {vname} ({spec})")
                 print(p.stdout, p.stderr, sep="")
                 for line in p.stdout.splitlines():

@@ -28,8 +28,8 @@
 
 #include "grammar/compile.hpp"
 #include "grammar/matcher.hpp"
-#include "model/gguf.hpp"
-#include "model/tokenizer.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace {
 

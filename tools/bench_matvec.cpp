@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "engine/backends/cpu/matvec.hpp"
-#include "model/ggml_types.hpp"
-#include "model/quant.hpp"
+#include "model/gguf/ggml_types.hpp"
+#include "model/quant/quant.hpp"
 
 namespace {
 

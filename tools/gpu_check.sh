@@ -5,12 +5,13 @@
 # them, and the benchmarks (tools/bench_gpu.py). Logs go to $OUT (or ./gpu-out) as it runs, and a
 # summary is printed last.
 #
-# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler small gen check8b bench sass ncu
-# (default: all). bench also times the variants in $BENCH_VARIANTS (bench_gpu.py --variant;
-# "mvp" is the opt-in pipelined single-vector matvec, k_mvp.cu, against the default batched one);
-# BENCH_SKIP_GATEWAY=1 leaves out the gateway figures. sass writes the single-vector matvec
-# kernels' machine code and opcode counts; ncu profiles a few decode matvecs (Nsight Compute,
-# clocks left alone; NCU_MODELS, NCU_KERNELS choose).
+# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler small small16 gen check8b bench sass ncu
+# (default: all). small checks the F32 KV pool (--kv-f32) against the tolerances of the CPU
+# engine, small16 the default F16 pool against its own. bench also times the variants in
+# $BENCH_VARIANTS (bench_gpu.py --variant NAME:ARGS: the F32 pool and --batch-invariant by
+# default); BENCH_SKIP_GATEWAY=1 leaves out the gateway figures. sass writes the single-row
+# matvec kernels' machine code and opcode counts; ncu profiles a few decode matvecs (Nsight
+# Compute, clocks left alone; NCU_MODELS, NCU_KERNELS choose).
 # Expects prebuilt binaries in $BIN (default .devbin: loom-engine-cuda, loom-engine-cpu,
 # loom-gpu-bench, loom-gpu-sampler-test, loom-make-model, loom-gateway; shared libraries in
 # $BIN/lib, or ICU's as $BIN/icu.tar.xz) and the small models and references in $DATA (default .devdata: models/, reference/).
@@ -26,8 +27,8 @@ export LD_LIBRARY_PATH="$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}"
 [ -f "$BIN/icu.tar.xz" ] && [ ! -e "$BIN/lib/libicudata.so.72" ] && tar xJf "$BIN/icu.tar.xz" -C "$BIN/lib"
 export PYTHONUNBUFFERED=1
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler small gen check8b bench sass ncu)
-BENCH_VARIANTS=${BENCH_VARIANTS:-"mvp:LOOM_GPU_MVP=1"}
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler small small16 gen check8b bench sass ncu)
+BENCH_VARIANTS=${BENCH_VARIANTS:-"kvf32:--kv-f32 invariant:--batch-invariant"}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 
@@ -47,11 +48,18 @@ main() {
     note "sampler: $(tail -1 "$OUT/sampler.log")"
   fi
   if want small; then
-    stamp "shared models vs references and the CPU engine"
-    timeout 300 python3 engine/backends/cuda/check_gpu.py --engine "$BIN/loom-engine-cuda" \
+    stamp "shared models vs references and the CPU engine (F32 KV pool)"
+    timeout 300 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" --engine-arg=--kv-f32 \
       --cpu-engine "$BIN/loom-engine-cpu" --models "$DATA/models" --refs "$DATA/reference" 2>&1 | tee "$OUT/small.log"
-    note "small models:"
+    note "small models, F32 KV:"
     sed -n '/^model /,$p' "$OUT/small.log" >>"$SUMMARY"
+  fi
+  if want small16; then
+    stamp "shared models vs references and the CPU engine (F16 KV pool, the default)"
+    timeout 300 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" \
+      --cpu-engine "$BIN/loom-engine-cpu" --models "$DATA/models" --refs "$DATA/reference" 2>&1 | tee "$OUT/small16.log"
+    note "small models, F16 KV:"
+    sed -n '/^model /,$p' "$OUT/small16.log" >>"$SUMMARY"
   fi
   if want gen; then
     stamp "random Llama-3-8B models into $SHM"
@@ -64,7 +72,7 @@ main() {
   if want check8b; then
     for t in q4_k_m f16; do
       stamp "8B greedy check $t (GPU vs CPU engine)"
-      timeout 240 python3 engine/backends/cuda/check_gpu.py --engine "$BIN/loom-engine-cuda" \
+      timeout 240 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" \
         --cpu-engine "$BIN/loom-engine-cpu" --model8b "$SHM/llama3-8b-$t.gguf" --steps "${STEPS8B:-64}" 2>&1 |
         tee "$OUT/check8b-$t.log"
       note "$(grep '^8B check' "$OUT/check8b-$t.log")"
@@ -80,7 +88,7 @@ main() {
     sed -n '/^== summary/,$p' "$OUT/bench.log" >>"$SUMMARY"
   fi
   if want sass; then
-    stamp "machine code of the single-vector matvec kernels (pipelined, batched)"
+    stamp "machine code of the single-row matvec kernels (Q4_K, F16)"
     if command -v cuobjdump >/dev/null; then
       timeout 60 cuobjdump -sass "$BIN/loom-gpu-bench" 2>/dev/null | python3 -c '
 import re, sys, collections
@@ -89,7 +97,7 @@ name, keep, counts = None, False, {}
 for line in sys.stdin:
     m = re.search(r"Function : (\S+)", line)
     if m:
-        name = m.group(1); keep = "mvp_kernel" in name or "mv1_kernel" in name or "matvec_kernelILj12ELi1E" in name or "matvec_kernelILj1ELi1E" in name
+        name = m.group(1); keep = "matvec_kernelILj12ELi1E" in name or "matvec_kernelILj1ELi1E" in name
         if keep: counts[name] = collections.Counter()
     if keep:
         out.write(line)
@@ -97,18 +105,18 @@ for line in sys.stdin:
         if ins: counts[name][ins.group(1)] += 1
 for n, c in counts.items():
     print(n, sum(c.values()), " ".join(f"{k}:{v}" for k, v in c.most_common(24)))
-' "$OUT/mv1.sass" | tee "$OUT/sass_counts.txt"
+' "$OUT/matvec.sass" | tee "$OUT/sass_counts.txt"
     fi
   fi
   if want ncu; then
     stamp "Nsight Compute: decode matvec kernels of the first layers (${NCU_MODELS:-q4_k_m f16})"
     if command -v ncu >/dev/null; then
       for t in ${NCU_MODELS:-q4_k_m f16}; do
-        timeout 75 ncu --clock-control none -k regex:"${NCU_KERNELS:-mvp_kernel|matvec_kernel|attn_}" -s 1 -c 8 --section SpeedOfLight \
+        timeout 75 ncu --clock-control none -k regex:"${NCU_KERNELS:-matvec_kernel|attn_}" -s 1 -c 8 --section SpeedOfLight \
           --section Occupancy --section WarpStateStats --section SchedulerStats -f -o "$OUT/ncu-$t" \
           "$BIN/loom-gpu-bench" --model "$SHM/llama3-8b-$t.gguf" --decode-only --prompt 64 --gen 2 >"$OUT/ncu-$t.run.log" 2>&1
         timeout 30 ncu -i "$OUT/ncu-$t.ncu-rep" --page details >"$OUT/ncu-$t.txt" 2>&1
-        grep -E "mvp_kernel|matvec_kernel|mv1_kernel|attn_|Duration|DRAM Throughput|Issued Warp|No Eligible|Achieved Occupancy" \
+        grep -E "matvec_kernel|attn_|Duration|DRAM Throughput|Issued Warp|No Eligible|Achieved Occupancy" \
           "$OUT/ncu-$t.txt" | head -120
       done
     fi

@@ -43,9 +43,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "model/ggml_types.hpp"
-#include "model/gguf_writer.hpp"
-#include "model/quant.hpp"
+#include "model/gguf/ggml_types.hpp"
+#include "model/gguf/gguf_writer.hpp"
+#include "model/quant/quant.hpp"
 
 namespace {
 

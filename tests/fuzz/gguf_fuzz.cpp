@@ -13,11 +13,12 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "engine/backends/cpu/llama_weights.hpp"
-#include "model/gguf.hpp"
-#include "model/hparams.hpp"
-#include "model/tokenizer.hpp"
-#include "model/vocab.hpp"
+#include "engine/backends/cpu/matvec.hpp"
+#include "engine/llama_weights.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/gguf/hparams.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+#include "model/gguf/vocab.hpp"
 
 namespace {
 
@@ -57,7 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         exercise_tokenizer(f, data, size);
         try {
-            (void)loom::cpu::LlamaWeights::bind(f);
+            (void)loom::engine::LlamaWeights::bind(f, {"the CPU backend", loom::cpu::can_dot});
         } catch (const loom::model::ModelError&) {
         } catch (const loom::model::VocabError&) {
         }

@@ -22,9 +22,10 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "backend_run.hpp"
 #include "engine/backends/cpu/cpu_backend.hpp"
-#include "model/gguf.hpp"
-#include "model/hparams.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/gguf/hparams.hpp"
 #include "models_arch.hpp"
 #include "models_f64.hpp"
 #include "test_paths.hpp"
@@ -41,19 +42,17 @@ double engine_vs_f64(const std::string& path, const std::vector<int32_t>& prompt
     const auto file = GgufFile::open(path);
     F64Model ref(file);
     auto backend = loom::cpu::make_cpu_backend(path, {threads, 0});
-    auto s = backend->new_sequence(static_cast<int64_t>(prompt.size()) + n_gen + 1);
-    std::vector<loom::engine::SampleResult> plp;
-    backend->eval(*s, prompt, &plp, 5);
     loom::engine::SamplingParams sp;
     sp.temperature = 0;
     sp.n_logprobs = 20;
-    loom::engine::TokenHistory hist;
+    loom::test::OneSequence s(*backend, sp, prompt);
+    std::vector<loom::engine::SampleResult> plp;
     std::vector<int32_t> seq = prompt;
     std::vector<loom::engine::SampleResult> got;
     for (int step = 0; step < n_gen; ++step) {
-        got.push_back(backend->sample(*s, sp, hist, 0.5));
+        got.push_back(step == 0 ? s.eval(prompt, true, 0.5, 5, &plp)
+                                : s.eval(std::vector<int32_t>{got.back().token}, true, 0.5));
         seq.push_back(got.back().token);
-        backend->eval(*s, std::vector<int32_t>{got.back().token});
     }
     const auto want = ref.run(seq, 1);  // row k: distribution of the token at position k + 1
     double worst = 0;

@@ -1,9 +1,11 @@
-// parse_generation_request: every parameter's parsing and every validation error
-// (status, param, code), against the hand-built test vocabulary and a small context.
+// build_completion_request and build_chat_request: every parameter's parsing and every
+// validation error (status, param, code), against the hand-built test vocabulary and a
+// small context.
 #include <catch2/catch.hpp>
 
 #include "gateway/chat_prompt.hpp"
-#include "gateway/request_parser.hpp"
+#include "gateway/serving_chat.hpp"
+#include "gateway/serving_completions.hpp"
 #include "gateway_vocab.hpp"
 
 using namespace loom;
@@ -25,17 +27,14 @@ ModelContext context() {
     return ctx;
 }
 
-GenerationRequest completions(const std::string& json) {
-    return parse_generation_request(json, Endpoint::Completions, context());
-}
-GenerationRequest chat(const std::string& json) {
-    return parse_generation_request(json, Endpoint::ChatCompletions, context());
-}
+GenerationRequest completions(const std::string& json) { return build_completion_request(json, context()); }
+GenerationRequest chat(const std::string& json) { return build_chat_request(json, context()); }
 
 // The ApiError a body raises (status 0 when it parses).
 ApiError error_of(const std::string& json, Endpoint ep = Endpoint::Completions) {
     try {
-        parse_generation_request(json, ep, context());
+        if (ep == Endpoint::ChatCompletions) chat(json);
+        else completions(json);
     } catch (const ApiError& e) {
         return e;
     }
@@ -148,7 +147,7 @@ TEST_CASE("validation errors carry status, param and code") {
         {R"({"model":"m","prompt":"x","max_tokens":-1})", 400, "max_tokens", ""},
         {R"({"model":"m","prompt":"x","max_tokens":33})", 400, "max_tokens", ""},
         {R"({"model":"m","prompt":"x","max_tokens":31})", 400, "max_tokens", "context_length_exceeded"},
-        {R"({"model":"m","prompt":"x","suffix":"y"})", 400, "suffix", ""},
+        {R"({"model":"m","prompt":"x","suffix":"y"})", 400, "suffix", "unsupported_parameter"},
         {R"({"model":"m","messages":[]})", 400, "messages", "", Endpoint::ChatCompletions},
         {R"({"model":"m"})", 400, "messages", "", Endpoint::ChatCompletions},
         {R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", 400, "messages[0].role", "",

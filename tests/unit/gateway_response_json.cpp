@@ -188,6 +188,11 @@ TEST_CASE("stream chunks: role first, usage null until the usage chunk") {
     CHECK(d["usage"]["prompt_tokens"].GetInt() == 4);
     CHECK(d["usage"]["completion_tokens"].GetInt() == 2);
     CHECK(d["usage"]["total_tokens"].GetInt() == 6);
+    CHECK_FALSE(d["usage"].HasMember("prompt_tokens_details"));  // nothing came from the prefix cache
+    Usage cached{40, 2, 32};
+    d = parse(stream_chunk(req, meta, *tok, nullptr, &cached));
+    CHECK(d["usage"]["prompt_tokens_details"]["cached_tokens"].GetInt() == 32);
+    CHECK(d["usage"]["total_tokens"].GetInt() == 42);
     req.include_usage = false;
     d = parse(stream_chunk(req, meta, *tok, &next, nullptr));
     CHECK_FALSE(d.HasMember("usage"));

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "model/tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace loom::test {
 

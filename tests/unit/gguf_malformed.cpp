@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "model/ggml_types.hpp"
-#include "model/gguf.hpp"
-#include "model/gguf_writer.hpp"
+#include "model/gguf/ggml_types.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/gguf/gguf_writer.hpp"
 #include "test_paths.hpp"
 
 using loom::model::GgmlType;

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "model/ggml_types.hpp"
-#include "model/gguf.hpp"
-#include "model/gguf_writer.hpp"
-#include "model/hparams.hpp"
-#include "model/quant.hpp"
-#include "model/tokenizer.hpp"
+#include "model/gguf/ggml_types.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/gguf/gguf_writer.hpp"
+#include "model/gguf/hparams.hpp"
+#include "model/quant/quant.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 using loom::model::GgmlType;
 using loom::model::GgufError;

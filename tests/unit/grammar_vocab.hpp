@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "grammar/vocab.hpp"
-#include "model/gguf.hpp"
-#include "model/tokenizer.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 #include "test_paths.hpp"
 
 namespace loom::test {

@@ -9,8 +9,8 @@
 
 #include <rapidjson/document.h>
 
-#include "gateway/templates/chat_template.hpp"
-#include "gateway/templates/jinja.hpp"
+#include "gateway/chat_template.hpp"
+#include "jinja/jinja.hpp"
 
 using loom::jinja::Limits;
 using loom::jinja::Template;

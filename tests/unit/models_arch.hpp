@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "model/ggml_types.hpp"
-#include "model/gguf_writer.hpp"
+#include "model/gguf/ggml_types.hpp"
+#include "model/gguf/gguf_writer.hpp"
 
 namespace loom::test {
 

@@ -33,9 +33,9 @@
 #include <string>
 #include <vector>
 
-#include "model/ggml_types.hpp"
-#include "model/gguf.hpp"
-#include "model/quant.hpp"
+#include "model/gguf/ggml_types.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/quant/quant.hpp"
 
 namespace loom::test {
 

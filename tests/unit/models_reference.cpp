@@ -40,10 +40,11 @@
 #include <map>
 #include <sstream>
 
+#include "backend_run.hpp"
 #include "engine/backends/cpu/cpu_backend.hpp"
-#include "model/gguf.hpp"
-#include "model/hparams.hpp"
-#include "model/quant.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/gguf/hparams.hpp"
+#include "model/quant/quant.hpp"
 #include "models_f64.hpp"
 #include "test_paths.hpp"
 
@@ -125,13 +126,13 @@ Outcome compare(const std::string& model, const std::vector<RefCase>& ref, doubl
     sp.n_logprobs = 20;
     for (const RefCase& rc : ref) {
         INFO(model << ": prompt \"" << rc.prompt << "\"");
-        auto seq = backend->new_sequence(static_cast<int64_t>(rc.prompt_ids.size() + rc.steps.size() + 1));
-        backend->eval(*seq, rc.prompt_ids);
-        loom::engine::TokenHistory hist;
+        loom::test::OneSequence seq(*backend, sp, rc.prompt_ids);
         for (size_t s = 0; s < rc.steps.size(); ++s) {
             INFO("generated position " << s);
             const RefStep& want = rc.steps[s];
-            const auto got = backend->sample(*seq, sp, hist, 0.5);
+            // The prompt, then the reference's own tokens (teacher forcing).
+            const auto got = s == 0 ? seq.eval(rc.prompt_ids, true, 0.5)
+                                    : seq.eval(std::vector<int32_t>{rc.steps[s - 1].id}, true, 0.5);
             REQUIRE(got.top.size() == 20);
             ++o.steps;
             const std::map<int32_t, double> mine(got.top.begin(), got.top.end());
@@ -163,8 +164,6 @@ Outcome compare(const std::string& model, const std::vector<RefCase>& ref, doubl
                 break;
             }
             ++o.agreed;
-            hist.add_output(want.id);
-            backend->eval(*seq, std::vector<int32_t>{want.id});
         }
     }
     return o;

@@ -6,9 +6,9 @@
 #include <functional>
 
 #include "engine/backends/cpu/cpu_backend.hpp"
-#include "model/gguf.hpp"
-#include "model/gguf_writer.hpp"
-#include "model/hparams.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/gguf/gguf_writer.hpp"
+#include "model/gguf/hparams.hpp"
 #include "models_arch.hpp"
 #include "test_paths.hpp"
 

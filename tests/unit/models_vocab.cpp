@@ -1,11 +1,11 @@
-// Vocabulary defaults that depend on the model family (model/vocab.cpp).
+// Vocabulary defaults that depend on the model family (model/gguf/vocab.cpp).
 #include <catch2/catch.hpp>
 
 #include <optional>
 
-#include "model/gguf.hpp"
-#include "model/gguf_writer.hpp"
-#include "model/vocab.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/gguf/gguf_writer.hpp"
+#include "model/gguf/vocab.hpp"
 
 namespace {
 

@@ -63,6 +63,8 @@ TEST_CASE("T, LP, PLP, DONE, ERR golden bytes") {
     CHECK(format(EngineLine{PromptLogprobs{"r4", 0, std::nullopt, {}}}) == "PLP r4 0 -");
     CHECK(format(EngineLine{PromptLogprobs{"r4", 1, -6.601167f, {{403, -0.2437433f}}}}) == "PLP r4 1 -6.601167 403:-0.2437433");
     CHECK(format(EngineLine{Done{"r1", "length", 5, 8}}) == "DONE r1 length prompt_tokens=5 completion_tokens=8");
+    CHECK(format(EngineLine{Done{"r2", "stop", 40, 3, 32}}) ==
+          "DONE r2 stop prompt_tokens=40 completion_tokens=3 cached_tokens=32");
     CHECK(format(EngineLine{Error{"r3", "prompt token id out of range\nsecond line"}}) ==
           "ERR r3 prompt token id out of range second line");
     CHECK(format(EngineLine{Error{"-", "unknown command 'x'"}}) == "ERR - unknown command 'x'");
@@ -76,6 +78,9 @@ TEST_CASE("T, LP, PLP, DONE, ERR golden bytes") {
     CHECK_FALSE(plp.logprob.has_value());
     auto d = engine_roundtrip<Done>("DONE r1 stop prompt_tokens=5 completion_tokens=0");
     CHECK(d.finish == "stop");
+    CHECK(d.cached_tokens == 0);
+    auto dc = engine_roundtrip<Done>("DONE r2 stop prompt_tokens=40 completion_tokens=3 cached_tokens=32");
+    CHECK(dc.cached_tokens == 32);
     auto e = engine_roundtrip<Error>("ERR r3 out of memory: 12 GiB");
     CHECK(e.message == "out of memory: 12 GiB");
 }

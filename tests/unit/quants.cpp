@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "engine/backends/cpu/matvec.hpp"
-#include "model/ggml_types.hpp"
-#include "model/gguf.hpp"
-#include "model/quant.hpp"
+#include "model/gguf/ggml_types.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/quant/quant.hpp"
 #include "test_paths.hpp"
 
 using loom::model::GgmlType;

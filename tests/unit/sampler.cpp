@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <random>
 
 #include "engine/sampler.hpp"
 
@@ -167,4 +168,47 @@ TEST_CASE("score_token gives prompt logprobs over the whole vocabulary") {
     REQUIRE(r.top.size() == 2);
     CHECK(r.top[0].first == 2);
     CHECK(r.top[1].first == 1);
+}
+
+TEST_CASE("PenaltyState kept incrementally samples exactly as the TokenHistory it mirrors") {
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> logit(-4.0f, 4.0f);
+    std::vector<float> logits(50);
+    for (int trial = 0; trial < 200; ++trial) {
+        for (float& v : logits) v = logit(rng);
+        SamplingParams p;
+        p.temperature = trial % 3 == 0 ? 0.0f : 0.8f;
+        p.repetition_penalty = trial % 2 ? 1.3f : 1.0f;
+        p.presence_penalty = 0.4f;
+        p.frequency_penalty = 0.25f;
+        p.top_k = trial % 5;
+        p.n_logprobs = 5;
+        p.processed_logprobs = trial % 4 == 0;
+        TokenHistory h;
+        for (int i = 0; i < 12; ++i) h.prompt.push_back(static_cast<int32_t>(rng() % 50));
+        PenaltyState st;
+        st.reset(50, p.repetition_penalty != 1.0f, h.prompt, {});
+        for (int i = 0; i < 30; ++i) {
+            const double u = (rng() % 1000) / 1000.0;
+            SamplerScratch a, b;
+            const auto want = sample_logits(logits, p, h, u, a);
+            const auto got = sample_logits(logits, p, st, u, b);
+            REQUIRE(got.token == want.token);
+            REQUIRE(got.logprob == want.logprob);
+            REQUIRE(got.top == want.top);
+            h.add_output(want.token);
+            st.add_output(want.token);
+        }
+        // Resuming from the output so far gives the same state.
+        PenaltyState again;
+        again.reset(50, p.repetition_penalty != 1.0f, h.prompt, h.output);
+        SamplerScratch a, b;
+        CHECK(sample_logits(logits, p, again, 0.3, a).token == sample_logits(logits, p, h, 0.3, b).token);
+    }
+    PenaltyState none;
+    none.reset(50, false, {}, {});
+    SamplingParams rep;
+    rep.repetition_penalty = 1.2f;
+    SamplerScratch s;
+    CHECK_THROWS_AS(sample_logits(logits, rep, none, 0.5, s), std::logic_error);
 }

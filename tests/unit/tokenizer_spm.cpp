@@ -4,8 +4,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "model/gguf.hpp"
-#include "model/tokenizer.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 #include "test_paths.hpp"
 
 using loom::model::GgufFile;

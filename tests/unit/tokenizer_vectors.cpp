@@ -9,9 +9,9 @@
 #include <random>
 #include <sstream>
 
-#include "model/gguf.hpp"
-#include "model/pretokenizer.hpp"
-#include "model/tokenizer.hpp"
+#include "model/gguf/gguf.hpp"
+#include "model/tokenizer/pretokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 #include "test_paths.hpp"
 
 using loom::model::GgufFile;
@@ -138,7 +138,7 @@ TEST_CASE("WordPiece (bert-bge) passes all of llama.cpp's vectors, accent foldin
     REQUIRE(inputs.size() == 46);
     REQUIRE(outputs.size() == inputs.size());
     // #1 "Führer" and #43 "Cửa Việt" need llama.cpp's accent folding (each precomposed
-    // letter -> the first code point of its NFD decomposition, model/tokenizer_wpm.cpp).
+    // letter -> the first code point of its NFD decomposition, model/tokenizer/tokenizer_wpm.cpp).
     CHECK(inputs[1] == "F\xC3\xBChrer");
     CHECK(inputs[43] == "C\xE1\xBB\xAD""a Vi\xE1\xBB\x87t");
     size_t passed = 0;

@@ -1,30 +1,46 @@
-// CPU forward pass for llama-family models; see cpu_backend.hpp.
+// CPU forward pass for llama-family models over a paged KV cache; see cpu_backend.hpp.
 #include "engine/backends/cpu/cpu_backend.hpp"
 
 #include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
-#include "engine/backends/cpu/llama_weights.hpp"
 #include "engine/backends/cpu/matvec.hpp"
 #include "engine/backends/cpu/ops.hpp"
 #include "engine/backends/cpu/thread_pool.hpp"
-#include "model/quant.hpp"
-#include "model/vocab.hpp"
+#include "engine/kv_layout.hpp"
+#include "engine/llama_weights.hpp"
+#include "model/gguf/vocab.hpp"
+#include "model/quant/quant.hpp"
 
 namespace loom::cpu {
 namespace {
 
-constexpr int64_t kChunk = 32;  // prefill tokens per forward pass (bounds activation memory)
+using engine::LayerWeights;
+using engine::LlamaWeights;
+using engine::Matrix;
+
+// Vectors per weight-row pass of a matmul: a tile of activations stays in L2 while each
+// thread's rows stream past it once per tile (bounds cache traffic for long batches).
+constexpr int64_t kTile = 32;
+// Positions whose logits are computed at once (bounds the logits buffer to kLogitRows x n_vocab).
+constexpr int64_t kLogitRows = 64;
 // A loop runs on several threads only when each thread's share is at least this many
 // multiply-adds (~20-50 us): below that, waking a worker costs more than it saves.
 constexpr int64_t kParallelMacs = 1 << 18;
+constexpr int32_t kBlockTokens = 16;
+constexpr int32_t kDefaultStepTokens = 2048;
+constexpr int32_t kMaxSlots = 1024;
+constexpr int64_t kDefaultSequences = 16;  // default pool: n_ctx tokens for this many sequences
 
 // Threads by default: the CPUs this process may run on (its affinity mask, which
 // containers and taskset narrow), else the machine's hardware threads.
@@ -35,22 +51,23 @@ int default_threads() {
     return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// One sequence's KV cache: per layer, capacity rows of kv_dim floats for K and for V.
-// The rows are allocated uninitialized, so the pages of positions not yet reached are
-// never touched and do not count towards resident memory.
-class CpuSequence final : public engine::Sequence {
+// The KV pool: anonymous memory reserved once, backed by pages only where blocks are written.
+class KvPool {
 public:
-    CpuSequence(int64_t capacity, int n_layer, int64_t kv_dim) : capacity(capacity) {
-        for (int l = 0; l < n_layer; ++l) {
-            k.emplace_back(new float[static_cast<size_t>(capacity * kv_dim)]);
-            v.emplace_back(new float[static_cast<size_t>(capacity * kv_dim)]);
-        }
+    explicit KvPool(int64_t elems) : bytes_(static_cast<size_t>(elems) * sizeof(float)) {
+        void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED)
+            throw model::ModelError("cannot reserve " + std::to_string(bytes_ >> 20) + " MiB for the KV cache");
+        data_ = static_cast<float*>(p);
     }
-    void advance(int64_t n) { n_past_ += n; }
+    ~KvPool() { ::munmap(data_, bytes_); }
+    KvPool(const KvPool&) = delete;
+    KvPool& operator=(const KvPool&) = delete;
+    float* data() const { return data_; }
 
-    int64_t capacity;
-    std::vector<std::unique_ptr<float[]>> k, v;  // [layer][pos * kv_dim + j]
-    std::vector<float> logits;                   // last position's logits [n_vocab]
+private:
+    size_t bytes_;
+    float* data_ = nullptr;
 };
 
 // One product of a fused matmul: Y[t][r] = W.row(r) . X[t].
@@ -59,11 +76,18 @@ struct Product {
     float* Y;
 };
 
+// A sampling slot: the request's parameters and its penalty counts, kept incrementally.
+struct Slot {
+    bool open = false;
+    engine::SamplingParams params;
+    engine::PenaltyState penalties;
+};
+
 class CpuBackend final : public engine::Backend {
 public:
     CpuBackend(model::GgufFile file, const CpuOptions& opts, const std::string& path)
         : file_(std::move(file)),
-          w_(LlamaWeights::bind(file_)),
+          w_(LlamaWeights::bind(file_, {"the CPU backend", can_dot})),
           pool_(opts.threads > 0 ? opts.threads : default_threads()),
           rope_(w_.hp.head_dim, w_.hp.rope_dim, w_.hp.rope_base, w_.hp.rope_scale, w_.rope_freqs, w_.neox_rope) {
         const auto& hp = w_.hp;
@@ -79,76 +103,165 @@ public:
         info_.eos = vocab.eos;
         info_.eog = vocab.eog;
         kv_dim_ = int64_t{hp.n_head_kv} * hp.head_dim;
+
+        const int64_t kv_tokens = opts.kv_tokens > 0 ? opts.kv_tokens : default_kv_tokens();
+        geo_.block_tokens = kBlockTokens;
+        geo_.n_blocks = std::max<int64_t>(1, (kv_tokens + kBlockTokens - 1) / kBlockTokens);
+        geo_.max_slots = static_cast<int32_t>(
+            std::min<int64_t>(opts.max_slots > 0 ? opts.max_slots : kMaxSlots, geo_.n_blocks));
+        geo_.max_step_tokens = opts.max_step_tokens > 0 ? opts.max_step_tokens : kDefaultStepTokens;
+        info_.n_ctx = static_cast<int32_t>(std::min<int64_t>(info_.n_ctx, geo_.n_blocks * kBlockTokens));
+        layout_ = {geo_.n_blocks, kBlockTokens, kv_dim_};
+        kv_ = std::make_unique<KvPool>(layout_.pool_elems(hp.n_layer));
+        slots_.resize(static_cast<size_t>(geo_.max_slots));
     }
 
     const engine::ModelInfo& info() const override { return info_; }
+    const engine::KvGeometry& kv() const override { return geo_; }
 
-    std::unique_ptr<engine::Sequence> new_sequence(int64_t capacity) override {
-        if (capacity <= 0 || capacity > info_.n_ctx)
-            throw std::invalid_argument("sequence capacity " + std::to_string(capacity) + " outside 1.." +
-                                        std::to_string(info_.n_ctx));
-        return std::make_unique<CpuSequence>(capacity, w_.hp.n_layer, kv_dim_);
+    void open_slot(int32_t slot, const engine::SamplingParams& params, std::span<const int32_t> prompt,
+                   std::span<const int32_t> output) override {
+        if (slot < 0 || slot >= geo_.max_slots) throw std::invalid_argument("slot " + std::to_string(slot) + " out of range");
+        Slot& s = slots_[static_cast<size_t>(slot)];
+        if (s.open) throw std::invalid_argument("slot " + std::to_string(slot) + " is already open");
+        auto bad = [&](int32_t t) { return t < 0 || t >= info_.n_vocab; };
+        if (std::any_of(prompt.begin(), prompt.end(), bad) || std::any_of(output.begin(), output.end(), bad) ||
+            std::any_of(params.allowed.begin(), params.allowed.end(), bad))
+            throw std::invalid_argument("token id out of range");
+        s.params = params;
+        s.penalties.reset(info_.n_vocab, params.repetition_penalty != 1.0f, prompt, output);
+        s.open = true;
     }
 
-    void eval(engine::Sequence& s, std::span<const int32_t> tokens, std::vector<engine::SampleResult>* scores,
-              int prompt_k) override {
-        auto& seq = static_cast<CpuSequence&>(s);
-        if (tokens.empty()) return;
-        if (seq.n_past() + static_cast<int64_t>(tokens.size()) > seq.capacity)
-            throw std::length_error("sequence is full");
-        for (int32_t t : tokens)
-            if (t < 0 || t >= info_.n_vocab) throw std::out_of_range("token id " + std::to_string(t) + " out of range");
-        const auto n = static_cast<int64_t>(tokens.size());
-        for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-            const int64_t m = std::min(kChunk, n - c0);
-            const bool all = scores != nullptr;
-            forward(seq, tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(m)), all);
-            if (all) {
-                // logits_ row t predicts token c0 + t + 1.
-                for (int64_t t = 0; t < m && c0 + t + 1 < n; ++t)
-                    scores->push_back(engine::score_token(
-                        std::span<const float>(logits_.data() + t * info_.n_vocab, static_cast<size_t>(info_.n_vocab)),
-                        tokens[static_cast<size_t>(c0 + t + 1)], prompt_k));
+    void close_slot(int32_t slot) override {
+        if (slot >= 0 && slot < geo_.max_slots) slots_[static_cast<size_t>(slot)].open = false;
+    }
+
+    void step(const engine::StepPlan& plan, engine::StepOutput& out) override {
+        const size_t n_rows = plan.rows.size();
+        check(plan);
+        out.sampled.assign(n_rows, std::nullopt);
+        out.prompt_scores.assign(n_rows, {});
+        out.errors.assign(n_rows, {});
+        if (n_rows == 0) return;
+
+        // The flat batch: token t of the step is row row_of_[t]'s token at position pos_[t].
+        tok_.clear();
+        pos_.clear();
+        row_of_.clear();
+        row_start_.assign(n_rows + 1, 0);
+        for (size_t i = 0; i < n_rows; ++i) {
+            const auto& r = plan.rows[i];
+            row_start_[i] = static_cast<int64_t>(tok_.size());
+            for (size_t j = 0; j < r.tokens.size(); ++j) {
+                tok_.push_back(r.tokens[j]);
+                pos_.push_back(r.pos0 + static_cast<int64_t>(j));
+                row_of_.push_back(static_cast<int32_t>(i));
             }
-            const float* last = logits_.data() + (all ? (m - 1) * info_.n_vocab : 0);
-            seq.logits.assign(last, last + info_.n_vocab);
         }
-    }
+        row_start_[n_rows] = static_cast<int64_t>(tok_.size());
+        forward(plan);
 
-    engine::SampleResult sample(engine::Sequence& s, const engine::SamplingParams& params,
-                                const engine::TokenHistory& history, double u) override {
-        auto& seq = static_cast<CpuSequence&>(s);
-        if (seq.logits.empty()) throw std::logic_error("sample() before eval()");
-        return engine::sample_logits(seq.logits, params, history, u, scratch_);
+        // Positions whose logits are needed: each scored target's, and each sampling row's last.
+        std::vector<Want> wants;
+        for (size_t i = 0; i < n_rows; ++i) {
+            const auto& r = plan.rows[i];
+            if (r.prompt_k >= 0) {
+                out.prompt_scores[i].resize(r.targets.size());
+                for (size_t j = 0; j < r.targets.size(); ++j)
+                    wants.push_back({row_start_[i] + static_cast<int64_t>(j), static_cast<int32_t>(i), static_cast<int32_t>(j)});
+            }
+            if (r.sample) wants.push_back({row_start_[i + 1] - 1, static_cast<int32_t>(i), -1});
+        }
+        for (size_t w0 = 0; w0 < wants.size(); w0 += kLogitRows) {
+            const size_t w1 = std::min(wants.size(), w0 + static_cast<size_t>(kLogitRows));
+            logits_for(std::span<const Want>(wants).subspan(w0, w1 - w0));
+            consume(plan, std::span<const Want>(wants).subspan(w0, w1 - w0), out);
+        }
+        // The sampled tokens join their slots' penalty counts (after the whole pass).
+        for (size_t i = 0; i < n_rows; ++i)
+            if (out.sampled[i]) slots_[static_cast<size_t>(plan.rows[i].slot)].penalties.add_output(out.sampled[i]->token);
     }
 
 private:
+    struct Want {
+        int64_t t;    // token index in the step
+        int32_t row;
+        int32_t target;  // index into row's targets, or -1: sample
+    };
+
+    int64_t default_kv_tokens() const {
+        const auto& hp = w_.hp;
+        const int64_t bytes_per_token = int64_t{hp.n_layer} * 2 * kv_dim_ * static_cast<int64_t>(sizeof(float));
+        const int64_t want = int64_t{info_.n_ctx} * kDefaultSequences;
+        // At most a quarter of the machine's memory (the pool is touched only as it fills).
+        const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+        if (pages <= 0 || page <= 0) return want;
+        const int64_t cap = static_cast<int64_t>(pages) * page / 4 / std::max<int64_t>(1, bytes_per_token);
+        return std::max<int64_t>(kBlockTokens, std::min(want, cap));
+    }
+
+    void check(const engine::StepPlan& plan) const {
+        int64_t total = 0;
+        std::vector<char> used(static_cast<size_t>(geo_.max_slots), 0);
+        for (const auto& r : plan.rows) {
+            if (r.slot < 0 || r.slot >= geo_.max_slots || !slots_[static_cast<size_t>(r.slot)].open)
+                throw std::invalid_argument("step row on slot " + std::to_string(r.slot) + ", which is not open");
+            if (used[static_cast<size_t>(r.slot)]++) throw std::invalid_argument("two step rows on one slot");
+            if (r.tokens.empty() || r.pos0 < 0) throw std::invalid_argument("step row without tokens");
+            for (int32_t t : r.tokens)
+                if (t < 0 || t >= info_.n_vocab) throw std::invalid_argument("token id " + std::to_string(t) + " out of range");
+            const int64_t end = r.pos0 + static_cast<int64_t>(r.tokens.size());
+            if (end > info_.n_ctx) throw std::invalid_argument("step row past the context");
+            if (static_cast<int64_t>(r.blocks.size()) * kBlockTokens < end)
+                throw std::invalid_argument("block table shorter than the row");
+            for (int64_t b = 0; b * kBlockTokens < end; ++b) {
+                const int32_t id = r.blocks[static_cast<size_t>(b)];
+                if (id < 0 || id >= geo_.n_blocks) throw std::invalid_argument("block id " + std::to_string(id) + " out of range");
+            }
+            if (r.prompt_k >= 0) {
+                if (r.targets.size() > r.tokens.size() || r.prompt_k > 20)
+                    throw std::invalid_argument("prompt scoring of a step row is malformed");
+                for (int32_t t : r.targets)
+                    if (t < 0 || t >= info_.n_vocab) throw std::invalid_argument("target id out of range");
+            }
+            total += static_cast<int64_t>(r.tokens.size());
+        }
+        if (total > geo_.max_step_tokens)
+            throw std::invalid_argument("step of " + std::to_string(total) + " tokens exceeds " +
+                                        std::to_string(geo_.max_step_tokens));
+    }
+
     // Y_k[t][r] = W_k.row(r) . X[t] for every product k (all W_k have X's width) and
     // t < T, as one parallel loop over the rows of all of them (one barrier, not one
-    // per matrix). Each row is decoded once for all T vectors (dot_row_multi).
+    // per matrix). Each row is decoded once per tile of kTile vectors (dot_row_multi), and
+    // every output is bit-identical to dot_row's, whatever T and the tiling.
     void matmul(std::initializer_list<Product> products, const float* X, int64_t T) {
         int64_t total = 0;
         const int64_t cols = products.begin()->W->cols;
         for (const Product& p : products) total += p.W->rows;
-        const int64_t grain = std::max<int64_t>(1, kParallelMacs / std::max<int64_t>(1, cols * T));
+        const int64_t grain = std::max<int64_t>(1, kParallelMacs / std::max<int64_t>(1, cols * std::min(T, kTile)));
         pool_.parallel_for(total, grain, [&](int64_t r0, int64_t r1) {
-            int64_t base = 0;
-            for (const Product& p : products) {
-                const Matrix& W = *p.W;
-                const int64_t a = std::max(r0, base), b = std::min(r1, base + W.rows);
-                for (int64_t r = a; r < b; ++r)
-                    dot_row_multi(W.type, W.row(r - base), W.cols, X, W.cols, T, p.Y + (r - base), W.rows);
-                base += W.rows;
+            for (int64_t t0 = 0; t0 < T; t0 += kTile) {
+                const int64_t nt = std::min(kTile, T - t0);
+                int64_t base = 0;
+                for (const Product& p : products) {
+                    const Matrix& W = *p.W;
+                    const int64_t a = std::max(r0, base), b = std::min(r1, base + W.rows);
+                    for (int64_t r = a; r < b; ++r)
+                        dot_row_multi(W.type, W.row(r - base), W.cols, X + t0 * W.cols, W.cols, nt,
+                                      p.Y + t0 * W.rows + (r - base), W.rows);
+                    base += W.rows;
+                }
             }
         });
     }
 
-    void forward(CpuSequence& seq, std::span<const int32_t> toks, bool all_logits) {
+    void forward(const engine::StepPlan& plan) {
         const auto& hp = w_.hp;
-        const int64_t T = static_cast<int64_t>(toks.size()), d = hp.n_embd, hd = hp.head_dim;
+        const int64_t T = static_cast<int64_t>(tok_.size()), d = hp.n_embd, hd = hp.head_dim;
         const int64_t nq = int64_t{hp.n_head} * hd, nkv = kv_dim_, ff = hp.n_ff;
         const int64_t group = hp.n_head / hp.n_head_kv;
-        const int64_t p0 = seq.n_past();
         x_.resize(static_cast<size_t>(T * d));
         xb_.resize(static_cast<size_t>(T * std::max(d, nq)));
         q_.resize(static_cast<size_t>(T * nq));
@@ -157,21 +270,24 @@ private:
         att_.resize(static_cast<size_t>(T * nq));
         g_.resize(static_cast<size_t>(T * ff));
         u_.resize(static_cast<size_t>(T * ff));
-        rope_.prepare(p0, T);
-
-        for (int64_t t = 0; t < T; ++t)
-            model::dequantize_row(w_.tok_embd.type, w_.tok_embd.row(toks[static_cast<size_t>(t)]), &x_[t * d], d);
-
+        rope_.prepare(pos_);
+        int64_t ctx = 0;  // attention work: sum of context lengths
+        for (int64_t t = 0; t < T; ++t) {
+            model::dequantize_row(w_.tok_embd.type, w_.tok_embd.row(tok_[static_cast<size_t>(t)]), &x_[t * d], d);
+            ctx += pos_[static_cast<size_t>(t)] + 1;
+        }
+        float* pool = kv_->data();
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        // Attention work per (position, head) is about (p0 + t) * hd multiply-adds.
-        const int64_t att_grain = std::max<int64_t>(1, kParallelMacs / std::max<int64_t>(1, (p0 + T) * hd * 2));
+        // Attention work per (position, head) is about 2 * context * hd multiply-adds.
+        const int64_t att_grain = std::max<int64_t>(1, kParallelMacs * T / std::max<int64_t>(1, ctx * hd * 2));
+        int64_t max_ctx = 0;
+        for (int64_t p : pos_) max_ctx = std::max(max_ctx, p + 1);
         for (size_t l = 0; l < w_.layers.size(); ++l) {
             const LayerWeights& L = w_.layers[l];
+            const auto layer = static_cast<int64_t>(l);
             // Attention block.
             for (int64_t t = 0; t < T; ++t) rmsnorm(&xb_[t * d], &x_[t * d], L.attn_norm.data(), d, hp.rms_eps);
             matmul({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xb_.data(), T);
-            float* K = seq.k[l].get();
-            float* V = seq.v[l].get();
             for (int64_t t = 0; t < T; ++t) {
                 float* q = &q_[t * nq];
                 float* k = &k_[t * nkv];
@@ -186,16 +302,19 @@ private:
                 }
                 rope_.apply(q, hp.n_head, t);
                 rope_.apply(k, hp.n_head_kv, t);
-                std::copy_n(k, nkv, K + (p0 + t) * nkv);
-                std::copy_n(v, nkv, V + (p0 + t) * nkv);
+                const auto& blocks = plan.rows[static_cast<size_t>(row_of_[static_cast<size_t>(t)])].blocks;
+                const int64_t p = pos_[static_cast<size_t>(t)];
+                std::copy_n(k, nkv, pool + layout_.offset_at(layer, blocks, p, 0));
+                std::copy_n(v, nkv, pool + layout_.offset_at(layer, blocks, p, 1));
             }
             pool_.parallel_for(T * hp.n_head, att_grain, [&](int64_t i0, int64_t i1) {
                 thread_local std::vector<float> scores;
-                scores.resize(static_cast<size_t>(p0 + T));
+                if (scores.size() < static_cast<size_t>(max_ctx)) scores.resize(static_cast<size_t>(max_ctx));
                 for (int64_t i = i0; i < i1; ++i) {
                     const int64_t t = i / hp.n_head, h = i % hp.n_head, kvh = h / group;
-                    attend(&q_[t * nq + h * hd], K + kvh * hd, V + kvh * hd, nkv, p0 + t + 1, hd, scale,
-                           &att_[t * nq + h * hd], scores.data());
+                    const auto& blocks = plan.rows[static_cast<size_t>(row_of_[static_cast<size_t>(t)])].blocks;
+                    attend_paged(&q_[t * nq + h * hd], pool, layout_, layer, blocks, kvh * hd,
+                                 pos_[static_cast<size_t>(t)] + 1, hd, scale, &att_[t * nq + h * hd], scores.data());
                 }
             });
             matmul({{&L.wo, xb_.data()}}, att_.data(), T);
@@ -208,23 +327,62 @@ private:
             matmul({{&L.down, xb_.data()}}, g_.data(), T);
             for (int64_t i = 0; i < T * d; ++i) x_[i] += xb_[i];
         }
-        seq.advance(T);
+    }
 
-        // Logits for the last position, or for every position when scoring the prompt.
-        const int64_t first = all_logits ? 0 : T - 1, rows = T - first;
-        for (int64_t t = 0; t < rows; ++t) rmsnorm(&xb_[t * d], &x_[(first + t) * d], w_.output_norm.data(), d, hp.rms_eps);
-        logits_.resize(static_cast<size_t>(rows * info_.n_vocab));
-        matmul({{&w_.output, logits_.data()}}, xb_.data(), rows);
+    // logits_[k * n_vocab ..] = the logits at step token wants[k].t.
+    void logits_for(std::span<const Want> wants) {
+        const int64_t d = w_.hp.n_embd, n = static_cast<int64_t>(wants.size());
+        xn_.resize(static_cast<size_t>(n * d));
+        for (int64_t k = 0; k < n; ++k)
+            rmsnorm(&xn_[k * d], &x_[wants[static_cast<size_t>(k)].t * d], w_.output_norm.data(), d, w_.hp.rms_eps);
+        logits_.resize(static_cast<size_t>(n * info_.n_vocab));
+        matmul({{&w_.output, logits_.data()}}, xn_.data(), n);
+    }
+
+    // Scores prompt targets and samples, one want per parallel task; a NaN fails only its row.
+    void consume(const engine::StepPlan& plan, std::span<const Want> wants, engine::StepOutput& out) {
+        const auto n = static_cast<int64_t>(wants.size());
+        const int64_t grain = std::max<int64_t>(1, kParallelMacs / (4 * std::max<int64_t>(1, info_.n_vocab)));
+        pool_.parallel_for(n, grain, [&](int64_t k0, int64_t k1) {
+            thread_local engine::SamplerScratch scratch;
+            for (int64_t k = k0; k < k1; ++k) {
+                const Want& w = wants[static_cast<size_t>(k)];
+                const auto& r = plan.rows[static_cast<size_t>(w.row)];
+                const std::span<const float> logits(logits_.data() + k * info_.n_vocab, static_cast<size_t>(info_.n_vocab));
+                try {
+                    if (w.target >= 0) {
+                        out.prompt_scores[static_cast<size_t>(w.row)][static_cast<size_t>(w.target)] =
+                            engine::score_token(logits, r.targets[static_cast<size_t>(w.target)], r.prompt_k);
+                    } else {
+                        const Slot& s = slots_[static_cast<size_t>(r.slot)];
+                        out.sampled[static_cast<size_t>(w.row)] = engine::sample_logits(logits, s.params, s.penalties, r.u, scratch);
+                    }
+                } catch (const std::exception& e) {
+                    // Rows fail independently; several wants of one row may fail at once.
+                    std::lock_guard<std::mutex> lock(err_mu_);
+                    auto& err = out.errors[static_cast<size_t>(w.row)];
+                    if (err.empty()) err = std::string(w.target >= 0 ? "request failed: " : "sampling failed: ") + e.what();
+                }
+            }
+        });
+        for (size_t i = 0; i < out.errors.size(); ++i)
+            if (!out.errors[i].empty()) out.sampled[i].reset();
     }
 
     model::GgufFile file_;
     LlamaWeights w_;
     engine::ModelInfo info_;
+    engine::KvGeometry geo_;
+    engine::KvLayout layout_;
     ThreadPool pool_;
     Rope rope_;
     int64_t kv_dim_ = 0;
-    engine::SamplerScratch scratch_;
-    std::vector<float> x_, xb_, q_, k_, v_, att_, g_, u_, logits_;
+    std::unique_ptr<KvPool> kv_;
+    std::vector<Slot> slots_;
+    std::mutex err_mu_;
+    std::vector<int32_t> tok_, row_of_;
+    std::vector<int64_t> pos_, row_start_;
+    std::vector<float> x_, xb_, q_, k_, v_, att_, g_, u_, xn_, logits_;
 };
 
 }  // namespace

@@ -13,16 +13,37 @@ int main(int argc, char** argv) {
     po::options_description opts(
         "loom-engine-cpu: loads a GGUF model and speaks the loom engine protocol\n"
         "(docs/protocol.md) on stdin/stdout. Type GEN lines to drive it by hand, e.g.\n"
-        "  GEN r1 prompt=1,403,407,261,378 max_tokens=8 temperature=0 logprobs=2\n\n"
+        "  GEN r1 prompt=1,403,407,261,378 max_tokens=8 temperature=0 logprobs=2\n"
+        "Requests are batched continuously over a paged KV cache: each step evaluates one\n"
+        "token of every running request and prefill chunks of new ones, up to\n"
+        "--max-batch-tokens; full 16-token blocks are shared between requests with the\n"
+        "same prefix; when the cache is full the latest request is preempted and later\n"
+        "recomputed. Results are bitwise the same whatever the batching (see\n"
+        "--batch-invariant).\n\n"
         "Options");
     std::string model;
-    int threads = 0, ctx = 0, parallel = 4;
+    int threads = 0, ctx = 0, parallel = 0, batch_tokens = 128;
+    int64_t kv_tokens = 0;
+    bool stats = false;
     opts.add_options()
         ("help,h", "print this help and exit")
         ("model,m", po::value(&model), "GGUF model file (required)")
         ("threads,t", po::value(&threads)->default_value(0), "worker threads (0: one per CPU this process may use)")
-        ("ctx,c", po::value(&ctx)->default_value(0), "context length in tokens (0: the model's training context)")
-        ("parallel,p", po::value(&parallel)->default_value(4), "requests decoded together; more wait in line");
+        ("ctx,c", po::value(&ctx)->default_value(0),
+         "context length in tokens (0: the model's training context; never more than --kv-tokens)")
+        ("kv-tokens", po::value(&kv_tokens)->default_value(0),
+         "KV cache size in tokens, over all requests (0: 16 x the context, at most a quarter of the "
+         "machine's memory; memory is used only as the cache fills)")
+        ("max-batch-tokens", po::value(&batch_tokens)->default_value(128),
+         "tokens evaluated per step, decodes and prefill chunks together; longer prompts are "
+         "prefilled in chunks")
+        ("parallel,p", po::value(&parallel)->default_value(0),
+         "requests running at once, more wait in line (0: as many as the KV cache has blocks, "
+         "at most 1024; never more than --max-batch-tokens, so each decodes every step)")
+        ("batch-invariant", po::bool_switch(),
+         "make each request's tokens and logprobs bitwise independent of batching, chunking and "
+         "prefix caching; the CPU engine always is, so this changes nothing here")
+        ("stats", po::bool_switch(&stats), "write the scheduler's counters to stderr at exit");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -35,14 +56,21 @@ int main(int argc, char** argv) {
         std::cout << opts << "\n";
         return 0;
     }
-    if (model.empty() || parallel < 1 || threads < 0 || ctx < 0) {
-        std::cerr << "loom-engine-cpu: --model is required (and --parallel >= 1, --threads/--ctx >= 0)\n"
+    if (model.empty() || parallel < 0 || threads < 0 || ctx < 0 || kv_tokens < 0 || batch_tokens < 1) {
+        std::cerr << "loom-engine-cpu: --model is required (and --max-batch-tokens >= 1; --parallel, --threads, "
+                     "--ctx, --kv-tokens >= 0)\n"
                   << opts << "\n";
         return 2;
     }
     std::unique_ptr<loom::engine::Backend> backend;
     try {
-        backend = loom::cpu::make_cpu_backend(model, {threads, ctx});
+        loom::cpu::CpuOptions co;
+        co.threads = threads;
+        co.n_ctx = ctx;
+        co.kv_tokens = kv_tokens;
+        co.max_step_tokens = batch_tokens;
+        co.max_slots = parallel;
+        backend = loom::cpu::make_cpu_backend(model, co);
     } catch (const std::exception& e) {
         // Before HELLO, an ERR line with id "-" tells the gateway why the engine did not start.
         std::string msg = e.what();
@@ -54,5 +82,7 @@ int main(int argc, char** argv) {
     loom::engine::ServeOptions so;
     so.engine_name = "loom-engine-cpu";
     so.max_parallel = parallel;
+    so.max_batch_tokens = batch_tokens;
+    so.stats = stats ? stderr : nullptr;
     return loom::engine::serve(*backend, stdin, stdout, so);
 }

@@ -6,7 +6,7 @@
 // vectorizes exactly this shape well: separate 1-D widened arrays, one k-loop,
 // accumulators that stay in registers (2-D widened arrays, structs or a decode buffer
 // each cost a factor 2-4, measured with tools/bench_matvec.cpp).
-// dot_row_multi: decodes the whole row with model/quant_blocks.hpp's decoders (which
+// dot_row_multi: decodes the whole row with model/quant/quant_blocks.hpp's decoders (which
 // compute each weight with the same expression as the fused kernel), then multiplies
 // the buffer into three vectors at a time, 3 x 32 accumulators in registers, in the
 // same lane order (2x faster than one vector at a time with spilled accumulators).
@@ -21,9 +21,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "model/ggml_types.hpp"
-#include "model/quant.hpp"
-#include "model/quant_blocks.hpp"
+#include "model/gguf/ggml_types.hpp"
+#include "model/quant/quant.hpp"
+#include "model/quant/quant_blocks.hpp"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
     !defined(LOOM_NO_CLONES)

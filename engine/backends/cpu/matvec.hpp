@@ -2,7 +2,7 @@
 //
 // A weight matrix of GGUF dims [n, rows] stores each output row contiguously as n
 // elements of its ggml type (ggml's block layouts, ggml-common.h, as the GGUF format
-// stores them; model/quant_blocks.hpp documents each). Activations are F32. Rows are
+// stores them; model/quant/quant_blocks.hpp documents each). Activations are F32. Rows are
 // read directly from the mapped file, one block at a time; nothing is dequantized up
 // front.
 //

@@ -41,11 +41,12 @@ Rope::Rope(int64_t head_dim, int64_t rope_dim, double base, double pos_scale, st
     }
 }
 
-void Rope::prepare(int64_t p0, int64_t n) {
+void Rope::prepare(std::span<const int64_t> positions) {
+    const auto n = static_cast<int64_t>(positions.size());
     cos_.resize(static_cast<size_t>(n * half_));
     sin_.resize(static_cast<size_t>(n * half_));
     for (int64_t t = 0; t < n; ++t) {
-        const double pos = static_cast<double>(p0 + t) * pos_scale_;
+        const double pos = static_cast<double>(positions[static_cast<size_t>(t)]) * pos_scale_;
         for (int64_t i = 0; i < half_; ++i) {
             const double theta = pos * inv_freq_[static_cast<size_t>(i)];
             cos_[static_cast<size_t>(t * half_ + i)] = static_cast<float>(std::cos(theta));
@@ -77,14 +78,24 @@ void Rope::apply(float* vecs, int64_t n_heads, int64_t t) const {
     }
 }
 
-void attend(const float* q, const float* K, const float* V, int64_t stride, int64_t n_kv, int64_t hd, float scale,
-            float* out, float* scratch) {
+void attend_paged(const float* q, const float* pool, const engine::KvLayout& layout, int64_t layer,
+                  std::span<const int32_t> table, int64_t head_off, int64_t n_kv, int64_t hd, float scale, float* out,
+                  float* scratch) {
+    const int64_t bt = layout.block_tokens, stride = layout.kv_dim;
+    // Walks the positions block by block: rows of one block are `stride` floats apart.
+    auto each = [&](int v, auto&& fn) {
+        for (int64_t j0 = 0, b = 0; j0 < n_kv; j0 += bt, ++b) {
+            const float* base = pool + layout.offset(layer, table[static_cast<size_t>(b)], 0, v) + head_off;
+            const int64_t m = std::min(bt, n_kv - j0);
+            for (int64_t i = 0; i < m; ++i) fn(j0 + i, base + i * stride);
+        }
+    };
     float mx = -INFINITY;
-    for (int64_t j = 0; j < n_kv; ++j) {
-        const float s = dot_f32(q, K + j * stride, hd) * scale;
+    each(0, [&](int64_t j, const float* k) {
+        const float s = dot_f32(q, k, hd) * scale;
         scratch[j] = s;
         mx = std::max(mx, s);
-    }
+    });
     double sum = 0;
     for (int64_t j = 0; j < n_kv; ++j) {
         scratch[j] = std::exp(scratch[j] - mx);
@@ -92,11 +103,10 @@ void attend(const float* q, const float* K, const float* V, int64_t stride, int6
     }
     std::fill_n(out, hd, 0.0f);
     const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < n_kv; ++j) {
-        const float* vv = V + j * stride;
+    each(1, [&](int64_t j, const float* vv) {
         const float p = scratch[j] * inv;
         for (int64_t e = 0; e < hd; ++e) out[e] += p * vv[e];
-    }
+    });
 }
 
 }  // namespace loom::cpu

@@ -8,7 +8,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
+
+#include "engine/kv_layout.hpp"
 
 namespace loom::cpu {
 
@@ -32,9 +35,9 @@ public:
     /// freq_div is neither empty nor rope_dim / 2 long.
     Rope(int64_t head_dim, int64_t rope_dim, double base, double pos_scale, std::vector<float> freq_div, bool neox);
 
-    /// Computes the tables for positions p0 .. p0 + n - 1 (kept until the next call).
-    void prepare(int64_t p0, int64_t n);
-    /// Rotates n_heads consecutive heads at `vecs` by the angles of position p0 + t.
+    /// Computes the tables for positions[0 .. n) (any positions, kept until the next call).
+    void prepare(std::span<const int64_t> positions);
+    /// Rotates n_heads consecutive heads at `vecs` by the angles of positions[t].
     void apply(float* vecs, int64_t n_heads, int64_t t) const;
 
 private:
@@ -46,11 +49,16 @@ private:
     std::vector<float> cos_, sin_;   // [n][half]
 };
 
-/// Causal attention of one query over n_kv cached positions: scores q.k * scale,
-/// softmax around the maximum (sum in double), weighted sum of V.
-/// q: [hd]; K, V: n_kv rows of hd floats, `stride` floats apart; out: [hd];
-/// scratch: at least n_kv floats.
-void attend(const float* q, const float* K, const float* V, int64_t stride, int64_t n_kv, int64_t hd, float scale,
-            float* out, float* scratch);
+/// Causal attention of one query over the first n_kv positions of a sequence in the paged KV
+/// cache: scores q.k * scale, softmax around the maximum (sum in double), weighted sum of V,
+/// each in increasing position order (so the result does not depend on how the sequence's
+/// positions were batched or which blocks hold them).
+/// q: [hd]; pool: the F32 KV pool laid out by `layout` (engine/kv_layout.hpp); position p's
+/// K (V) row is at layout.offset_at(layer, table, p, 0 (1)), and this head's hd floats start
+/// `head_off` floats into it; table: the sequence's block table, covering n_kv positions;
+/// out: [hd]; scratch: at least n_kv floats.
+void attend_paged(const float* q, const float* pool, const engine::KvLayout& layout, int64_t layer,
+                  std::span<const int32_t> table, int64_t head_off, int64_t n_kv, int64_t hd, float scale, float* out,
+                  float* scratch);
 
 }  // namespace loom::cpu

@@ -1,0 +1,298 @@
+// The CPU emulator of gpu_emu.hpp: fibers with a hand-written x86-64 context switch, block and
+// warp barriers, and the host runtime calls on plain host memory.
+#include "engine/backends/gpu/emu/gpu_emu.hpp"
+
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <stdexcept>
+#include <unordered_map>
+#include <vector>
+
+#include "model/quant/quant.hpp"
+
+#if !defined(__x86_64__)
+#error "the GPU emulator's context switch is written for x86-64"
+#endif
+
+// loom_emu_switch(&save_sp, new_sp): saves the callee-saved registers on the current stack,
+// stores the stack pointer in *save_sp, switches to new_sp and restores from there.
+asm(R"(
+.text
+.globl loom_emu_switch
+.type loom_emu_switch,@function
+loom_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+.size loom_emu_switch, .-loom_emu_switch
+)");
+extern "C" void loom_emu_switch(void** save_sp, void* new_sp);
+
+namespace loom::emu {
+
+ThreadCtx g_ctx;
+
+namespace {
+
+constexpr size_t kStack = 128 * 1024;
+
+struct Fiber {
+    void* sp = nullptr;
+    char* stack = nullptr;
+    dim3 tid;
+    bool done = false;
+    bool waiting = false;
+    unsigned wait_gen = 0;  // generation of the barrier it waits on
+    bool warp_wait = false;
+};
+
+struct BlockState {
+    std::vector<Fiber> fibers;
+    int alive = 0;
+    int arrived = 0;
+    unsigned gen = 0;
+    std::vector<int> warp_alive, warp_arrived;
+    std::vector<unsigned> warp_gen;
+    std::vector<uint64_t> slots;  // one per thread
+    int cur = -1;
+    void* sched_sp = nullptr;
+    const std::function<void()>* body = nullptr;
+    std::vector<uint8_t> dyn;
+};
+
+BlockState g_b;
+std::vector<char*> g_stacks;
+
+char* stack_for(size_t i) {
+    while (g_stacks.size() <= i) {
+        void* p = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) throw std::bad_alloc();
+        g_stacks.push_back(static_cast<char*>(p));
+    }
+    return g_stacks[i];
+}
+
+void yield_to_scheduler() {
+    Fiber& f = g_b.fibers[static_cast<size_t>(g_b.cur)];
+    loom_emu_switch(&f.sp, g_b.sched_sp);
+}
+
+void release_block_if_ready() {
+    if (g_b.arrived > 0 && g_b.arrived >= g_b.alive) {
+        g_b.arrived = 0;
+        ++g_b.gen;
+    }
+}
+void release_warp_if_ready(int w) {
+    if (g_b.warp_arrived[static_cast<size_t>(w)] > 0 &&
+        g_b.warp_arrived[static_cast<size_t>(w)] >= g_b.warp_alive[static_cast<size_t>(w)]) {
+        g_b.warp_arrived[static_cast<size_t>(w)] = 0;
+        ++g_b.warp_gen[static_cast<size_t>(w)];
+    }
+}
+
+[[noreturn]] void fiber_entry() {
+    (*g_b.body)();
+    Fiber& f = g_b.fibers[static_cast<size_t>(g_b.cur)];
+    f.done = true;
+    --g_b.alive;
+    const int w = g_b.cur / LOOM_EMU_WARP;
+    --g_b.warp_alive[static_cast<size_t>(w)];
+    release_block_if_ready();
+    release_warp_if_ready(w);
+    void* dummy;
+    loom_emu_switch(&dummy, g_b.sched_sp);
+    std::abort();
+}
+
+void warp_barrier() {
+    const int idx = g_b.cur;
+    const int w = idx / LOOM_EMU_WARP;
+    const unsigned gen = g_b.warp_gen[static_cast<size_t>(w)];
+    ++g_b.warp_arrived[static_cast<size_t>(w)];
+    release_warp_if_ready(w);
+    while (g_b.warp_gen[static_cast<size_t>(w)] == gen) yield_to_scheduler();
+}
+
+}  // namespace
+
+void* dyn_smem() { return g_b.dyn.data(); }
+
+void syncthreads() {
+    const unsigned gen = g_b.gen;
+    ++g_b.arrived;
+    release_block_if_ready();
+    while (g_b.gen == gen) yield_to_scheduler();
+}
+
+void syncwarp() { warp_barrier(); }
+
+int lane() { return g_b.cur % LOOM_EMU_WARP; }
+
+uint64_t exchange(uint64_t bits, int src) {
+    const int idx = g_b.cur;
+    const int base = idx - idx % LOOM_EMU_WARP;
+    g_b.slots[static_cast<size_t>(idx)] = bits;
+    warp_barrier();
+    const int s = base + src;
+    const uint64_t r = (src >= 0 && src < LOOM_EMU_WARP && s < static_cast<int>(g_b.fibers.size()))
+                           ? g_b.slots[static_cast<size_t>(s)]
+                           : bits;
+    warp_barrier();
+    return r;
+}
+
+void launch(dim3 grid, dim3 block, size_t dyn_smem_bytes, const std::function<void()>& body) {
+    const size_t n = size_t{block.x} * block.y * block.z;
+    if (n == 0 || n > 1024) throw std::runtime_error("emu: block of " + std::to_string(n) + " threads");
+    const size_t nwarps = (n + LOOM_EMU_WARP - 1) / LOOM_EMU_WARP;
+    g_b.fibers.assign(n, Fiber{});
+    g_b.slots.assign(n, 0);
+    g_b.body = &body;
+    g_b.dyn.resize(dyn_smem_bytes + 16);
+    for (size_t i = 0; i < n; ++i) stack_for(i);
+    g_ctx.gdim = grid;
+    g_ctx.bdim = block;
+    for (unsigned bz = 0; bz < grid.z; ++bz)
+        for (unsigned by = 0; by < grid.y; ++by)
+            for (unsigned bx = 0; bx < grid.x; ++bx) {
+                g_ctx.bid = dim3(bx, by, bz);
+                std::memset(g_b.dyn.data(), 0xFF, g_b.dyn.size());
+                g_b.alive = static_cast<int>(n);
+                g_b.arrived = 0;
+                g_b.warp_alive.assign(nwarps, 0);
+                g_b.warp_arrived.assign(nwarps, 0);
+                g_b.warp_gen.assign(nwarps, 0);
+                for (size_t i = 0; i < n; ++i) {
+                    Fiber& f = g_b.fibers[i];
+                    f = Fiber{};
+                    f.tid = dim3(static_cast<unsigned>(i % block.x), static_cast<unsigned>(i / block.x % block.y),
+                                 static_cast<unsigned>(i / (size_t{block.x} * block.y)));
+                    ++g_b.warp_alive[i / LOOM_EMU_WARP];
+                    // Initial stack: six zero registers, then fiber_entry as the return address,
+                    // then a fake return address (so fiber_entry starts with rsp % 16 == 8).
+                    char* top = stack_for(i) + kStack;
+                    auto* sp = reinterpret_cast<void**>(top);
+                    *--sp = nullptr;
+                    *--sp = reinterpret_cast<void*>(&fiber_entry);
+                    for (int r = 0; r < 6; ++r) *--sp = nullptr;
+                    f.sp = sp;
+                }
+                // Round-robin until every fiber has finished.
+                size_t done = 0;
+                while (done < n) {
+                    done = 0;
+                    for (size_t i = 0; i < n; ++i) {
+                        Fiber& f = g_b.fibers[i];
+                        if (f.done) {
+                            ++done;
+                            continue;
+                        }
+                        g_b.cur = static_cast<int>(i);
+                        g_ctx.tid = f.tid;
+                        loom_emu_switch(&g_b.sched_sp, f.sp);
+                    }
+                }
+            }
+    g_b.cur = -1;
+}
+
+float half_to_float(uint16_t h) { return model::fp16_to_fp32(h); }
+uint16_t float_to_half(float f) { return model::fp32_to_fp16(f); }
+
+}  // namespace loom::emu
+
+// ---- host runtime -----------------------------------------------------------------------
+namespace {
+
+// Emulated device memory: allocations are host memory, counted against kEmuMemory so that
+// gpuMemGetInfo reports what is left (the KV pool's default size depends on it).
+constexpr size_t kEmuMemory = size_t{128} << 20;
+std::unordered_map<void*, size_t> g_sizes;
+size_t g_used = 0;
+
+void* host_alloc(size_t n) {
+    void* p = std::aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+    if (p) std::memset(p, 0xA5, n);  // never zeros: unwritten outputs show up
+    return p;
+}
+
+}  // namespace
+
+gpuError_t gpuMalloc(void** p, size_t n) {
+    *p = host_alloc(n);
+    if (!*p) return 2;
+    g_sizes[*p] = n;
+    g_used += n;
+    return 0;
+}
+gpuError_t gpuFree(void* p) {
+    if (auto it = g_sizes.find(p); it != g_sizes.end()) {
+        g_used -= it->second;
+        g_sizes.erase(it);
+    }
+    std::free(p);
+    return 0;
+}
+gpuError_t gpuMallocHost(void** p, size_t n) {
+    *p = host_alloc(n);
+    return *p ? 0 : 2;
+}
+gpuError_t gpuFreeHost(void* p) {
+    std::free(p);
+    return 0;
+}
+gpuError_t gpuMemcpy(void* d, const void* s, size_t n, int) {
+    if (n) std::memmove(d, s, n);
+    return 0;
+}
+gpuError_t gpuMemcpyAsync(void* d, const void* s, size_t n, int k, gpuStream_t) { return gpuMemcpy(d, s, n, k); }
+gpuError_t gpuMemsetAsync(void* d, int v, size_t n, gpuStream_t) {
+    std::memset(d, v, n);
+    return 0;
+}
+gpuError_t gpuStreamCreate(gpuStream_t* s) {
+    *s = nullptr;
+    return 0;
+}
+gpuError_t gpuStreamDestroy(gpuStream_t) { return 0; }
+gpuError_t gpuStreamSynchronize(gpuStream_t) { return 0; }
+gpuError_t gpuEventCreate(gpuEvent_t* e) {
+    *e = new double(0);
+    return 0;
+}
+gpuError_t gpuEventDestroy(gpuEvent_t e) {
+    delete e;
+    return 0;
+}
+gpuError_t gpuEventRecord(gpuEvent_t e, gpuStream_t) {
+    *e = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return 0;
+}
+gpuError_t gpuEventSynchronize(gpuEvent_t) { return 0; }
+gpuError_t gpuEventElapsedTime(float* ms, gpuEvent_t a, gpuEvent_t b) {
+    *ms = static_cast<float>(*b - *a);
+    return 0;
+}
+gpuError_t gpuGetLastError() { return 0; }
+gpuError_t gpuDeviceSynchronize() { return 0; }
+gpuError_t gpuMemGetInfo(size_t* f, size_t* t) {
+    *t = kEmuMemory;
+    *f = g_used < kEmuMemory ? kEmuMemory - g_used : 0;
+    return 0;
+}
+const char* gpuGetErrorString(gpuError_t e) { return e == 0 ? "no error" : "emulated allocation failed"; }

@@ -1,0 +1,38 @@
+// Prefill matrix products C[M x N] (+)= X[M x K] . W[N x K]^T: cuBLAS (cublasGemmEx, F16 or F32
+// operands, F32 accumulation and output) in CUDA builds, loom's own tiled GEMM (gemm_own in
+// kernels.hpp) in HIP and emulator builds or when asked for (GpuOptions::own_gemm).
+#pragma once
+
+#include <cstdint>
+
+#include "engine/backends/gpu/gpu_runtime.hpp"
+
+namespace loom::gpu {
+
+/// A GEMM engine bound to one stream (owns the cuBLAS handle where there is one).
+class Gemm {
+public:
+    /// Uses cuBLAS in CUDA builds unless `own` (loom's kernel then). Throws GpuError when
+    /// cuBLAS cannot start.
+    Gemm(gpuStream_t s, bool own);
+    ~Gemm();
+    Gemm(const Gemm&) = delete;
+    Gemm& operator=(const Gemm&) = delete;
+
+    /// True when run() reads the F16 copy of X for F16 weights (cuBLAS); the own GEMM reads
+    /// the F32 X in every case.
+    bool wants_f16_input() const { return cublas_; }
+
+    /// C[m][n] = (accumulate ? C[m][n] : 0) + sum_k X[m][k] * W[n][k], W in F16 (w_f16) or F32
+    /// with leading dimension ldw elements. x16 (F16 copy of X, leading dimension ldx16) is used
+    /// for F16 weights when wants_f16_input(); x32 (leading dimension ldx32) otherwise.
+    void run(const void* W, bool w_f16, int64_t ldw, const float* x32, int64_t ldx32, const uint16_t* x16,
+             int64_t ldx16, int M, int N, int K, float* C, int64_t ldc, bool accumulate);
+
+private:
+    gpuStream_t stream_;
+    bool cublas_ = false;
+    void* handle_ = nullptr;
+};
+
+}  // namespace loom::gpu

@@ -1,0 +1,186 @@
+// The GPU backend (CUDA, HIP, or the CPU emulator): engine/backend.hpp's step interface over
+// device weights, a paged KV pool sized once at start (engine/kv_layout.hpp's layout) and
+// per-slot sampling state on the device; only sampled ids and their top pairs reach the host.
+//
+// A step flattens its rows into one batch of token rows (1-token rows first, then the prefill
+// chunks) and runs one forward pass over all of them: the linear layers over every row at once
+// (the register-dequantizing matvec kernel for up to GpuOptions::matvec_rows rows, GEMMs over
+// weights dequantized to F16 beyond), RoPE at each row's position, K/V stored through each row's
+// block table, split-K decode attention for 1-token rows and tiled prefill attention for chunks
+// (both read the cached prefix through the table). Then prompt scoring, the output projection of
+// the sampled rows, one batched sampling launch and one device-to-host copy. Pure-decode steps
+// of up to 8 rows replay a captured CUDA/HIP graph per (rows, attention splits).
+//
+// With GpuOptions::batch_invariant every row is computed by the same kernels in the same order
+// whatever the batch: the 8-vector matvec for every linear layer, no fused RMSNorm or RoPE, and
+// split-K attention with a fixed split size for every query, prefill chunks included.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/backend.hpp"
+#include "engine/llama_weights.hpp"
+#include "engine/backends/gpu/device_model.hpp"
+#include "engine/backends/gpu/gemm.hpp"
+#include "engine/backends/gpu/gpu_sample.hpp"
+#include "engine/backends/gpu/kernels.hpp"
+#include "engine/kv_layout.hpp"
+#include "model/gguf/gguf.hpp"
+
+namespace loom::gpu {
+
+/// The GPU engine's options and tuning (each has a flag in main.cpp's --help).
+struct GpuOptions {
+    int32_t n_ctx = 0;              ///< 0: the model's training context
+    std::string engine_name = "loom-engine-cuda";
+    int max_slots = 8;              ///< sequences running at once (--parallel)
+    int max_step_tokens = 2048;     ///< tokens one step evaluates at most, over all its rows
+    int64_t kv_tokens = 0;          ///< KV pool size in positions; 0: kv_fraction of the free memory
+    double kv_fraction = 0.9;       ///< share of the device memory free after weights and buffers
+    bool kv_f32 = false;            ///< F32 KV pool (default F16: half the memory)
+    bool batch_invariant = false;   ///< a row's results independent of its batch (see above)
+    bool graphs = true;             ///< replay pure-decode steps as graphs (CUDA/HIP)
+    bool fuse_rope = true;          ///< RoPE and the K/V store in the QKV matvec's epilogue
+    bool own_gemm = false;          ///< loom's GEMM kernel instead of cuBLAS (CUDA)
+    int matvec_rows = 8;            ///< steps of at most this many rows use the matvec kernel
+};
+
+/// Per-operation device time of one profiled step (bench tool).
+struct OpTimes {
+    std::vector<std::pair<std::string, float>> ms;  ///< op name, milliseconds summed over layers
+};
+
+class GpuBackend final : public engine::Backend {
+public:
+    /// Loads the GGUF at `path`, uploads its weights and allocates the KV pool and every buffer
+    /// a step needs. Throws model::GgufError (malformed), model::ModelError (unsupported
+    /// architecture, shape or tensor type), std::invalid_argument (options out of range, a pool
+    /// smaller than one block) or GpuError (device memory).
+    GpuBackend(const std::string& path, const GpuOptions& opts);
+    ~GpuBackend() override;
+
+    const engine::ModelInfo& info() const override { return info_; }
+    const engine::KvGeometry& kv() const override { return geom_; }
+    void open_slot(int32_t slot, const engine::SamplingParams& params, std::span<const int32_t> prompt,
+                   std::span<const int32_t> output) override;
+    void close_slot(int32_t slot) override;
+    void step(const engine::StepPlan& plan, engine::StepOutput& out) override;
+
+    /// Device bytes of the weights, and of the KV pool.
+    size_t weight_bytes() const { return dm_->bytes; }
+    size_t kv_bytes() const { return kv_bytes_; }
+    /// Runs step(plan, out) eagerly with an event after each operation and returns the time per
+    /// operation (the step's effects are those of step()).
+    OpTimes profile_step(const engine::StepPlan& plan, engine::StepOutput& out);
+    /// The stream every kernel runs on.
+    gpuStream_t stream() const { return stream_; }
+
+private:
+    // ---- step preparation (gpu_backend.cpp) ----
+    void validate(const engine::StepPlan& plan) const;
+    void build_rows(const engine::StepPlan& plan);
+    void upload();
+    void finish(const engine::StepPlan& plan, engine::StepOutput& out);
+    // ---- the forward pass (gpu_forward.cpp) ----
+    void forward(int T);
+    void attention(int T, int layer);
+    void linear(const DevMatrix* const* mats, float* const* ys, int nmat, int rows, const float* x32, int64_t ldx,
+                const uint16_t* x16, int64_t ldx16, int64_t ldy, bool add, const float* norm_w = nullptr,
+                const int8_t* roles = nullptr, int layer = 0);
+    void ffn(const DevLayer& L, int rows, bool fuse);
+    void logits(const int32_t* idx, int rows);
+    void decode_graph(int T);
+    bool mv(int rows) const { return opts_.batch_invariant || rows <= opts_.matvec_rows; }
+    bool rope_fusable(const DevLayer& L) const;
+    void sync(const char* what);
+    void tick(const char* name);
+
+    template <class T>
+    T* alloc(size_t n);
+
+    // ---- model ----
+    model::GgufFile file_;
+    engine::LlamaWeights w_;
+    std::unique_ptr<DeviceModel> dm_;
+    engine::ModelInfo info_;
+    engine::KvGeometry geom_;
+    GpuOptions opts_;
+    AttnShape sh_;
+    gpuStream_t stream_ = nullptr;
+    std::unique_ptr<Gemm> gemm_;
+    bool f16_in_ = false;     // the GEMMs read F16 copies of their inputs (cuBLAS)
+    bool fuse_norm_ = false;  // RMSNorm fused into single-row matvecs (plain weight types)
+    int64_t d_ = 0;           // n_embd
+    int64_t nq_ = 0;          // n_head * head_dim
+    int64_t nkv_ = 0;         // n_head_kv * head_dim
+    int64_t ff_ = 0;          // n_ff
+    int64_t V_ = 0;           // n_vocab
+    // Leading dimensions (elements) of the activation buffers, multiples of 64.
+    int64_t ld_d_ = 0, ld_qkv_ = 0, ld_att_ = 0, ld_ff2_ = 0, ld_ff_ = 0, ld_v_ = 0;
+
+    // ---- device memory ----
+    std::vector<void*> allocs_;
+    PagedKv kv_;              // the pool; kv_.tables = tables_.dev
+    size_t kv_bytes_ = 0;
+    float* rope_cs_ = nullptr;  // [n_ctx][rope_dim / 2][cos, sin]
+    // Activations, R = max_step_tokens rows each.
+    float* x_ = nullptr;      // [R][ld_d] residual stream
+    float* xn_ = nullptr;     // [R][ld_d] normalised input of a linear layer
+    float* qkv_ = nullptr;    // [R][ld_qkv] q | k | v
+    float* att_ = nullptr;    // [R][ld_att] attention output
+    float* ffy_ = nullptr;    // [R][ld_ff2] gate | up
+    float* g_ = nullptr;      // [R][ld_ff] SwiGLU output
+    uint16_t *xh_ = nullptr, *atth_ = nullptr, *gh_ = nullptr;  // F16 copies (cuBLAS inputs)
+    uint16_t* wscratch_ = nullptr;  // a quantized matrix dequantized to F16 (GEMM path)
+    size_t wscratch_elems_ = 0;
+    float* logits_ = nullptr;  // [logit_rows_][ld_v]
+    int logit_rows_ = 0;       // max(max_slots, score group)
+    float* part_ = nullptr;    // split-K partials: part_rows_ queries, splits_max_ splits
+    int part_rows_ = 0, splits_max_ = 1;
+    SampleOut* out_dev_ = nullptr;  // [max_slots + R]: sampled rows, then scored rows
+    SampleOut* out_host_ = nullptr;
+
+    /// One array of a step's inputs: a pinned host copy and its device twin at a fixed address (so
+    /// that graphs replay), filled on the host and uploaded together.
+    template <class T>
+    struct Staged {
+        T* host = nullptr;
+        T* dev = nullptr;
+        size_t cap = 0;
+        size_t n = 0;  // entries used this step
+    };
+    Staged<RowDesc> rows_;            // [R] flat token rows
+    Staged<int32_t> tables_;          // [max_slots * blocks per sequence] block tables
+    Staged<PrefillTile> tiles_;       // [R] prefill attention tiles
+    Staged<int32_t> gather_;          // [max_slots + R] x rows of the sampled rows, then of the scored rows
+    Staged<SampleRow> sample_rows_;   // [max_slots]
+    Staged<ScoreRow> score_rows_;     // [R]
+    template <class T>
+    void stage(Staged<T>& s, size_t cap);
+    template <class T>
+    void upload(Staged<T>& s);
+
+    // ---- step state ----
+    std::unique_ptr<SlotSampler> sampler_;
+    std::vector<int> flat_start_;     // per plan row: its first flat token row
+    int n_dec_ = 0;                   // flat rows 0..n_dec_-1 are 1-token rows (decode attention)
+    int splits_ = 1;                  // decode attention splits this step
+    bool pure_decode_ = false;        // every row: one token, sampled, not scored; sampled row i = flat row i
+    int nblk_ = 1;                    // sampler stage-1 blocks this step
+    int qpt_ = 1;                     // queries per prefill attention tile
+    std::vector<int> sample_at_;      // per plan row: its entry in sample_rows_ (-1: none)
+    std::vector<int> score_at_;       // per plan row: its first entry in score_rows_ (-1: none)
+    std::map<std::pair<int, int>, std::pair<gpuGraph_t, gpuGraphExec_t>> graphs_;  // by (rows, splits)
+    bool profiling_ = false;
+    std::vector<std::pair<std::string, gpuEvent_t>> events_;
+};
+
+/// Loads `path` for the GPU backend (see GpuBackend's constructor for errors).
+std::unique_ptr<engine::Backend> make_gpu_backend(const std::string& path, const GpuOptions& opts);
+
+}  // namespace loom::gpu

@@ -1,0 +1,198 @@
+// The GPU backend's forward pass over a step's flat batch of token rows: embedding, per layer
+// RMSNorm, the Q/K/V projection, RoPE and the paged K/V store, attention, the output
+// projection and the SwiGLU feed-forward, then the logits of chosen rows; see gpu_backend.hpp.
+// The arithmetic mirrors engine/backends/cpu/cpu_backend.cpp.
+#include <algorithm>
+#include <stdexcept>
+
+#include "engine/backends/gpu/gpu_backend.hpp"
+
+namespace loom::gpu {
+namespace {
+
+constexpr int kMvGroup = 8;  // activation vectors per matvec launch
+
+// Runs the matvec `a` over `rows` activation vectors, kMvGroup at a time: group g reads x rows
+// g*8.., writes y rows g*8.. of every segment and uses row descriptors g*8.. for its epilogue.
+void matvec_rows(MatvecArgs a, int rows, gpuStream_t s) {
+    const MatvecArgs base = a;
+    for (int g0 = 0; g0 < rows; g0 += kMvGroup) {
+        a.nb = std::min(kMvGroup, rows - g0);
+        a.x = base.x + static_cast<int64_t>(g0) * base.x_stride;
+        for (int i = 0; i < base.nseg; ++i)
+            if (base.seg[i].y) a.seg[i].y = base.seg[i].y + static_cast<int64_t>(g0) * base.y_stride;
+        if (base.rows) a.rows = base.rows + g0;
+        matvec(a, s);
+    }
+}
+
+}  // namespace
+
+bool GpuBackend::rope_fusable(const DevLayer& L) const {
+    return opts_.fuse_rope && !opts_.batch_invariant && !sh_.neox && sh_.rope_dim % 2 == 0 &&
+           sh_.head_dim % 2 == 0 && !L.bq && !L.bk && !L.bv && !L.q_norm && !L.k_norm;
+}
+
+void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat, int rows, const float* x32,
+                        int64_t ldx, const uint16_t* x16, int64_t ldx16, int64_t ldy, bool add, const float* norm_w,
+                        const int8_t* roles, int layer) {
+    if (rows <= 0) return;
+    if ((norm_w || roles) && !mv(rows)) throw std::logic_error("fused RMSNorm or RoPE needs the matvec path");
+    if (mv(rows)) {
+        for (int i = 0; i < nmat;) {
+            MatvecArgs a;
+            a.type = mats[i]->type;
+            a.cols = static_cast<int32_t>(mats[i]->cols);
+            a.row_bytes = mats[i]->row_bytes;
+            a.nseg = 0;
+            int j = i;
+            while (j < nmat && a.nseg < 3 && mats[j]->type == a.type && mats[j]->cols == a.cols) {
+                if (roles) a.seg_role[a.nseg] = roles[j];
+                a.seg[a.nseg++] = MvSeg{mats[j]->data, static_cast<int32_t>(mats[j]->rows), ys[j]};
+                ++j;
+            }
+            if (roles) {
+                a.rows = rows_.dev;
+                a.kv = kv_;
+                a.rope_cs = rope_cs_;
+                a.layer = layer;
+                a.head_dim = sh_.head_dim;
+                a.rope_dim = sh_.rope_dim;
+            }
+            a.x = x32;
+            a.x_stride = ldx;
+            a.y_stride = ldy;
+            a.mode = add ? MvMode::Add : MvMode::Store;
+            a.norm_w = norm_w;
+            a.norm_eps = w_.hp.rms_eps;
+            a.fixed_tiling = opts_.batch_invariant;
+            matvec_rows(a, rows, stream_);
+            i = j;
+        }
+        return;
+    }
+    for (int i = 0; i < nmat; ++i) {
+        const DevMatrix& m = *mats[i];
+        const int K = static_cast<int>(m.cols);
+        if (m.type == kF16 || m.type == kF32) {
+            const bool h = m.type == kF16;
+            gemm_->run(m.data, h, static_cast<int64_t>(m.row_bytes / (h ? 2 : 4)), x32, ldx, x16, ldx16, rows,
+                       static_cast<int>(m.rows), K, ys[i], ldy, add);
+            continue;
+        }
+        const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(wscratch_elems_) / m.cols);
+        for (int64_t r0 = 0; r0 < m.rows; r0 += step) {
+            const int64_t n = std::min(step, m.rows - r0);
+            dequant_f16(m, r0, n, wscratch_, m.cols, stream_);
+            gemm_->run(wscratch_, true, m.cols, x32, ldx, x16, ldx16, rows, static_cast<int>(n), K, ys[i] + r0, ldy,
+                       add);
+        }
+    }
+}
+
+void GpuBackend::ffn(const DevLayer& L, int rows, bool fuse) {
+    if (mv(rows) && L.gate.type == L.up.type) {
+        MatvecArgs a;  // gate and up in one launch, SwiGLU in its epilogue
+        a.norm_w = fuse ? L.ffn_norm : nullptr;
+        a.norm_eps = w_.hp.rms_eps;
+        a.type = L.gate.type;
+        a.cols = static_cast<int32_t>(L.gate.cols);
+        a.row_bytes = L.gate.row_bytes;
+        a.seg[0] = MvSeg{L.gate.data, static_cast<int32_t>(L.gate.rows), g_};
+        a.seg[1] = MvSeg{L.up.data, static_cast<int32_t>(L.up.rows), nullptr};
+        a.nseg = 2;
+        a.x = fuse ? x_ : xn_;
+        a.x_stride = ld_d_;
+        a.y_stride = ld_ff_;
+        a.mode = MvMode::SwiGLU;
+        a.fixed_tiling = opts_.batch_invariant;
+        matvec_rows(a, rows, stream_);
+    } else {
+        const DevMatrix* m2[2] = {&L.gate, &L.up};
+        float* y2[2] = {ffy_, ffy_ + ff_};
+        if (fuse) linear(m2, y2, 2, rows, x_, ld_d_, nullptr, 0, ld_ff2_, false, L.ffn_norm);
+        else linear(m2, y2, 2, rows, xn_, ld_d_, xh_, ld_d_, ld_ff2_, false);
+        swiglu(ffy_, ld_ff2_, static_cast<int>(ff_), rows, g_, ld_ff_, (!mv(rows) && f16_in_) ? gh_ : nullptr, ld_ff_,
+               stream_);
+    }
+    tick("ffn_gate_up");
+    const DevMatrix* md[1] = {&L.down};
+    float* yd[1] = {x_};
+    linear(md, yd, 1, rows, g_, ld_ff_, gh_, ld_ff_, ld_d_, true);
+    tick("ffn_down");
+}
+
+void GpuBackend::attention(int T, int layer) {
+    if (opts_.batch_invariant) {
+        // Every query, prefill chunks included, through split-K attention with the fixed span.
+        for (int g0 = 0; g0 < T; g0 += part_rows_) {
+            const int n = std::min(part_rows_, T - g0);
+            attn_decode(qkv_ + static_cast<int64_t>(g0) * ld_qkv_, ld_qkv_, rows_.dev + g0, n, layer, sh_, kv_, splits_,
+                        part_, att_ + static_cast<int64_t>(g0) * ld_att_, ld_att_, stream_);
+        }
+        return;
+    }
+    attn_decode(qkv_, ld_qkv_, rows_.dev, n_dec_, layer, sh_, kv_, splits_, part_, att_, ld_att_, stream_);
+    attn_prefill(qkv_, ld_qkv_, tiles_.dev, static_cast<int>(tiles_.n), layer, sh_, kv_, att_, ld_att_, stream_);
+}
+
+void GpuBackend::forward(int T) {
+    const auto& hp = w_.hp;
+    const bool h16 = !mv(T) && f16_in_;
+    // RMSNorm fused into the next matvec for a single row over plain weights (fuse_norm_).
+    const bool fuse = !opts_.batch_invariant && T == 1 && fuse_norm_;
+    embed(dm_->tok_embd, rows_.dev, T, x_, ld_d_, stream_);
+    tick("embed");
+    for (int l = 0; l < hp.n_layer; ++l) {
+        const DevLayer& L = dm_->layers[static_cast<size_t>(l)];
+        const DevMatrix* m3[3] = {&L.wq, &L.wk, &L.wv};
+        float* y3[3] = {qkv_, qkv_ + nq_, qkv_ + nq_ + nkv_};
+        // RoPE and the paged K/V store fused into the QKV matvec's epilogue.
+        const bool rope_fused = mv(T) && rope_fusable(L);
+        static const int8_t kRoles[3] = {1, 2, 3};
+        const int8_t* roles = rope_fused ? kRoles : nullptr;
+        if (fuse) {
+            linear(m3, y3, 3, T, x_, ld_d_, nullptr, 0, ld_qkv_, false, L.attn_norm, roles, l);
+        } else {
+            rmsnorm(x_, ld_d_, nullptr, L.attn_norm, static_cast<int>(d_), T, hp.rms_eps, xn_, ld_d_,
+                    h16 ? xh_ : nullptr, ld_d_, stream_);
+            tick("rmsnorm");
+            linear(m3, y3, 3, T, xn_, ld_d_, xh_, ld_d_, ld_qkv_, false, nullptr, roles, l);
+        }
+        tick("qkv");
+        if (!rope_fused) {
+            rope_store(qkv_, ld_qkv_, T, sh_, l, rows_.dev, kv_, rope_cs_, L.bq, L.bk, L.bv, L.q_norm, L.k_norm,
+                       stream_);
+            tick("rope_kv_store");
+        }
+        attention(T, l);
+        if (h16) to_f16(att_, ld_att_, static_cast<int>(nq_), T, atth_, ld_att_, stream_);
+        tick("attention");
+        const DevMatrix* mo[1] = {&L.wo};
+        float* yo[1] = {x_};
+        linear(mo, yo, 1, T, att_, ld_att_, atth_, ld_att_, ld_d_, true);
+        tick("attn_out");
+        if (!fuse) {
+            rmsnorm(x_, ld_d_, nullptr, L.ffn_norm, static_cast<int>(d_), T, hp.rms_eps, xn_, ld_d_,
+                    h16 ? xh_ : nullptr, ld_d_, stream_);
+            tick("rmsnorm");
+        }
+        ffn(L, T, fuse);
+    }
+}
+
+void GpuBackend::logits(const int32_t* idx, int rows) {
+    const DevMatrix* mo[1] = {&dm_->output};
+    float* yo[1] = {logits_};
+    if (!opts_.batch_invariant && rows == 1 && fuse_norm_ && !idx) {
+        linear(mo, yo, 1, 1, x_, ld_d_, nullptr, 0, ld_v_, false, dm_->output_norm);
+    } else {
+        const bool h16 = !mv(rows) && f16_in_;
+        rmsnorm(x_, ld_d_, idx, dm_->output_norm, static_cast<int>(d_), rows, w_.hp.rms_eps, xn_, ld_d_,
+                h16 ? xh_ : nullptr, ld_d_, stream_);
+        linear(mo, yo, 1, rows, xn_, ld_d_, xh_, ld_d_, ld_v_, false);
+    }
+    tick("output");
+}
+
+}  // namespace loom::gpu

@@ -1,0 +1,462 @@
+// Layer kernels of the GPU backend: RMSNorm, SwiGLU, RoPE with the paged KV store and decode
+// attention over the paged cache (prefill attention and loom's own GEMM are in k_prefill.cu).
+//
+// Sources: RMSNorm (Zhang & Sennrich 2019), RoPE (Su et al. 2021; "normal" adjacent pairs for
+// llama, NEOX halves for qwen2/qwen3), SwiGLU (Shazeer 2020), online softmax and tiling
+// (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022), split-K decode attention
+// (Flash-Decoding). The arithmetic mirrors engine/backends/cpu/cpu_backend.cpp.
+#include <cmath>
+
+#include "engine/backends/gpu/k_common.cuh"
+#include "engine/backends/gpu/kernels.hpp"
+
+namespace loom::gpu {
+namespace {
+
+// One block of 1024 threads per row; up to 8 elements per thread stay in registers, so the
+// loads are all issued before the reduction (rows longer than 8192 loop).
+__global__ void __launch_bounds__(1024) rmsnorm_kernel(const float* x, int64_t ldx, const int32_t* idx, const float* w,
+                                                       int n, float eps, float* y, int64_t ldy, uint16_t* yh,
+                                                       int64_t ldyh) {
+    __shared__ double sh[32];
+    const float* xr = x + (idx ? idx[blockIdx.x] : static_cast<int32_t>(blockIdx.x)) * ldx;
+    const int t = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = t + k * nt < n ? xr[t + k * nt] : 0.0f;
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) ss += static_cast<double>(v[k]) * v[k];
+    for (int i = t + 8 * nt; i < n; i += nt) ss += static_cast<double>(xr[i]) * xr[i];
+    ss = block_sum_d(ss, sh);
+    const float scale = static_cast<float>(1.0 / sqrt(ss / n + static_cast<double>(eps)));
+    float* yr = y + blockIdx.x * ldy;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const int i = t + k * nt;
+        if (i < n) {
+            const float o = v[k] * scale * w[i];
+            yr[i] = o;
+            if (yh) yh[blockIdx.x * ldyh + i] = f2h(o);
+        }
+    }
+    for (int i = t + 8 * nt; i < n; i += nt) {
+        const float o = xr[i] * scale * w[i];
+        yr[i] = o;
+        if (yh) yh[blockIdx.x * ldyh + i] = f2h(o);
+    }
+}
+
+__global__ void swiglu_kernel(const float* y, int64_t ldy, int ff, float* g, int64_t ldg, uint16_t* gh,
+                              int64_t ldgh) {
+    const float* yr = y + blockIdx.y * ldy;
+    for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < ff;
+         i += static_cast<int>(gridDim.x * blockDim.x)) {
+        const float a = yr[i];
+        const float v = a / (1.0f + expf(-a)) * yr[ff + i];
+        if (g) g[blockIdx.y * ldg + i] = v;
+        if (gh) gh[blockIdx.y * ldgh + i] = f2h(v);
+    }
+}
+
+__global__ void to_f16_kernel(const float* x, int64_t ldx, int n, uint16_t* y, int64_t ldy) {
+    for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
+         i += static_cast<int>(gridDim.x * blockDim.x))
+        y[blockIdx.y * ldy + i] = f2h(x[blockIdx.y * ldx + i]);
+}
+
+// One warp per (row, head item): items are the q heads, then the k heads, then the v heads.
+__global__ void rope_store_kernel(float* qkv, int64_t ld, AttnShape sh, int layer, const RowDesc* rd, PagedKv kv,
+                                  const float* rope_cs, const float* bq, const float* bk, const float* bv,
+                                  const float* q_norm, const float* k_norm) {
+    __shared__ float buf[256];
+    const int row = static_cast<int>(blockIdx.x), item = static_cast<int>(blockIdx.y);
+    const int lane = static_cast<int>(threadIdx.x);
+    const int hd = sh.head_dim, nh = sh.n_head, nkv = sh.n_head_kv;
+    const int64_t nq = int64_t{nh} * hd, kvd = sh.kv_dim();
+    const RowDesc r = rd[row];
+    const int pos = r.pos;
+    int kind, head;  // 0 q, 1 k, 2 v
+    if (item < nh) kind = 0, head = item;
+    else if (item < nh + nkv) kind = 1, head = item - nh;
+    else kind = 2, head = item - nh - nkv;
+    float* src = qkv + row * ld + (kind == 0 ? 0 : kind == 1 ? nq : nq + kvd) + int64_t{head} * hd;
+    const float* bias = kind == 0 ? bq : kind == 1 ? bk : bv;
+    for (int i = lane; i < hd; i += kWarp) buf[i] = src[i] + (bias ? bias[int64_t{head} * hd + i] : 0.0f);
+    sync_warp();
+    const float* nw = kind == 0 ? q_norm : kind == 1 ? k_norm : nullptr;
+    if (nw) {
+        double ss = 0;
+        for (int i = lane; i < hd; i += kWarp) ss += static_cast<double>(buf[i]) * buf[i];
+        ss = warp_sum_d(ss);
+        const float scale = static_cast<float>(1.0 / sqrt(ss / hd + static_cast<double>(sh.eps)));
+        for (int i = lane; i < hd; i += kWarp) buf[i] = buf[i] * scale * nw[i];
+        sync_warp();
+    }
+    if (kind < 2) {
+        const int half = sh.rope_dim / 2;
+        for (int i = lane; i < half; i += kWarp) {
+            const int a = sh.neox ? i : 2 * i, b = sh.neox ? i + half : 2 * i + 1;
+            const float c = rope_cs[(int64_t{pos} * half + i) * 2], s = rope_cs[(int64_t{pos} * half + i) * 2 + 1];
+            const float x0 = buf[a], x1 = buf[b];
+            buf[a] = x0 * c - x1 * s;
+            buf[b] = x0 * s + x1 * c;
+        }
+        sync_warp();
+    }
+    if (kind == 0) {
+        for (int i = lane; i < hd; i += kWarp) src[i] = buf[i];
+    } else {
+        const int64_t off = kv_off(kv, layer, r.table, pos, kind - 1) + int64_t{head} * hd;
+        for (int i = lane; i < hd; i += kWarp) kv_store(kv.pool, off + i, buf[i], kv.f16);
+    }
+}
+
+constexpr int kAttnT = 128;  // threads per attention block, and positions per decode split
+constexpr int kMaxG = 16;    // query heads per decode block
+
+// 8 consecutive cache elements as floats (16-byte aligned for F16, 32-byte for F32).
+LOOM_DEV void load8(const uint16_t* p, float* f) {
+    const uint4 v = ld16(p);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = h2f(static_cast<uint16_t>(w[i] & 0xFFFFu));
+        f[2 * i + 1] = h2f(static_cast<uint16_t>(w[i] >> 16));
+    }
+}
+LOOM_DEV void load8(const float* p, float* f) {
+    const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+// Softmax statistics of the decode kernels: for each head g < G (one warp per head at a time),
+// row g of scores (span values, row stride `stride`) becomes exp(s - m) in place, with the row's
+// maximum m in stat_m[g] and the sum of the exponentials in stat_l[g]. Every thread of a block of
+// kAttnT threads calls it after a barrier that makes the scores visible; it ends with one.
+LOOM_DEV void softmax_stats(float* scores, int stride, int G, int span, float* stat_m, float* stat_l) {
+    const int t = static_cast<int>(threadIdx.x);
+    const int lane = t % kWarp, warp = t / kWarp, nw = kAttnT / kWarp;
+    for (int g = warp; g < G; g += nw) {
+        float* row = scores + g * stride;
+        float m = kNegInf;
+        for (int i = lane; i < span; i += kWarp) m = fmaxf(m, row[i]);
+        m = warp_max(m);
+        float l = 0.0f;
+        for (int i = lane; i < span; i += kWarp) {
+            const float e = expf(row[i] - m);
+            row[i] = e;
+            l += e;
+        }
+        l = warp_sum(l);
+        if (lane == 0) stat_m[g] = m, stat_l[g] = l;
+    }
+    __syncthreads();
+}
+
+// Decode attention, one split of 128 positions for up to 16 query heads of one KV head.
+__global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int64_t q_ld, const RowDesc* rd,
+                                                             int layer, AttnShape sh, PagedKv kv, int splits,
+                                                             float* part) {
+    __shared__ float qs[kMaxG * 256];
+    __shared__ float P[kMaxG][kAttnT];
+    const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
+    const int hgroups = (group + kMaxG - 1) / kMaxG;
+    const int kvh = static_cast<int>(blockIdx.x) / hgroups, hg = static_cast<int>(blockIdx.x) % hgroups;
+    const int G = min(kMaxG, group - hg * kMaxG);
+    const int split = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+    const RowDesc r = rd[b];
+    const int n_kv = r.pos + 1;
+    const int p0 = split * kAttnT;
+    if (p0 >= n_kv) return;
+    const int h0 = kvh * group + hg * kMaxG;
+    const int t = static_cast<int>(threadIdx.x);
+    for (int i = t; i < G * hd; i += kAttnT) qs[i] = q[b * q_ld + int64_t{h0 + i / hd} * hd + i % hd];
+    __syncthreads();
+
+    const int64_t head_off = int64_t{kvh} * hd;
+    const int p = p0 + t;
+    __shared__ int64_t s_voff[kAttnT];  // V row offsets of the split's positions
+    {
+        float sc[kMaxG];
+#pragma unroll
+        for (int g = 0; g < kMaxG; ++g) sc[g] = 0.0f;
+        if (p < n_kv) {
+            const int64_t kr = kv_off(kv, layer, r.table, p, 0) + head_off;
+            s_voff[t] = kr + kv.layout.half_elems();
+            if (kv.f16 && hd % 8 == 0) {
+                const uint16_t* kp = static_cast<const uint16_t*>(kv.pool) + kr;
+                for (int d = 0; d < hd; d += 8) {
+                    float kf[8];
+                    load8(kp + d, kf);
+#pragma unroll
+                    for (int g = 0; g < kMaxG; ++g)
+                        if (g < G) {
+                            const float* qq = qs + g * hd + d;
+                            float s = 0.0f;
+#pragma unroll
+                            for (int i = 0; i < 8; ++i) s += qq[i] * kf[i];
+                            sc[g] += s;
+                        }
+                }
+            } else {
+                for (int d = 0; d < hd; ++d) {
+                    const float kf = kv_load(kv.pool, kr + d, kv.f16);
+#pragma unroll
+                    for (int g = 0; g < kMaxG; ++g)
+                        if (g < G) sc[g] += qs[g * hd + d] * kf;
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < kMaxG; ++g)
+            if (g < G) P[g][t] = p < n_kv ? sc[g] * sh.scale : kNegInf;
+    }
+    __syncthreads();
+
+    __shared__ float stat_m[kMaxG], stat_l[kMaxG];
+    softmax_stats(&P[0][0], kAttnT, G, kAttnT, stat_m, stat_l);
+
+    // Weighted sum of V: TD threads across dims, nsub groups across positions.
+    const int n_here = min(kAttnT, n_kv - p0);
+    const int TD = hd < kAttnT ? hd : kAttnT;
+    const int nsub = kAttnT / TD;
+    const int sub = t / TD, dl = t % TD;
+    float* red = qs;  // q is no longer needed
+    const int iters = (hd + TD - 1) / TD;
+    for (int it = 0; it < iters; ++it) {
+        const int d = dl + it * TD;
+        float acc[kMaxG];
+#pragma unroll
+        for (int g = 0; g < kMaxG; ++g) acc[g] = 0.0f;
+        if (sub < nsub && d < hd) {
+#pragma unroll 8
+            for (int i = sub; i < n_here; i += nsub) {
+                const float v = kv_load(kv.pool, s_voff[i] + d, kv.f16);
+#pragma unroll
+                for (int g = 0; g < kMaxG; ++g)
+                    if (g < G) acc[g] += P[g][i] * v;
+            }
+        }
+        __syncthreads();
+        if (sub < nsub && d < hd)
+#pragma unroll
+            for (int g = 0; g < kMaxG; ++g)
+                if (g < G) red[(sub * kMaxG + g) * TD + dl] = acc[g];
+        __syncthreads();
+        if (sub == 0 && d < hd) {
+            for (int g = 0; g < G; ++g) {
+                float v = 0.0f;
+                for (int s2 = 0; s2 < nsub; ++s2) v += red[(s2 * kMaxG + g) * TD + dl];
+                float* out = part + ((int64_t{b} * sh.n_head + h0 + g) * splits + split) * (hd + 2);
+                out[d] = v;
+                if (d == 0) out[hd] = stat_m[g], out[hd + 1] = stat_l[g];
+            }
+        }
+    }
+}
+
+constexpr int kFastSpan = 64;  // positions per split of the vectorized decode kernel
+
+// Decode attention for head_dim % 16 == 0 and at most GMAX (<= 8) query heads per KV head:
+// 64 positions per block, two threads per position for the scores, and for the weighted sum
+// of V each thread takes 8 dims of every (128 / (head_dim / 8))-th position, so that every
+// load is 16 or 32 bytes wide and several are in flight.
+template <class KVT, int GMAX>
+__global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64_t q_ld, const RowDesc* rd,
+                                                            int layer, AttnShape sh, PagedKv kv, int splits,
+                                                            float* part) {
+    __shared__ float qs[GMAX * 256];
+    __shared__ float S[GMAX][kFastSpan];
+    __shared__ float red[GMAX * 1024];
+    __shared__ float stat_m[GMAX], stat_l[GMAX];
+    __shared__ int64_t s_voff[kFastSpan];  // V row offsets of the split's positions
+    const int hd = sh.head_dim, G = sh.n_head / sh.n_head_kv;
+    const int kvh = static_cast<int>(blockIdx.x), split = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+    const RowDesc r = rd[b];
+    const int n_kv = r.pos + 1;
+    const int p0 = split * kFastSpan;
+    if (p0 >= n_kv) return;
+    const int h0 = kvh * G;
+    const int t = static_cast<int>(threadIdx.x);
+    for (int i = t; i < G * hd; i += kAttnT) qs[i] = q[b * q_ld + int64_t{h0} * hd + i];
+    __syncthreads();
+
+    const KVT* pool = static_cast<const KVT*>(kv.pool) + int64_t{kvh} * hd;
+    {
+        const int pi = t >> 1, half = t & 1, pos = p0 + pi;
+        const int hh = hd / 2;
+        float acc[GMAX];
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) acc[g] = 0.0f;
+        if (pos < n_kv) {
+            const int64_t off = kv_off(kv, layer, r.table, pos, 0);
+            if (half == 0) s_voff[pi] = off + kv.layout.half_elems();
+            const KVT* kr = pool + off + half * hh;
+#pragma unroll 4
+            for (int d = 0; d < hh; d += 8) {
+                float kf[8];
+                load8(kr + d, kf);
+#pragma unroll
+                for (int g = 0; g < GMAX; ++g)
+                    if (g < G) {
+                        const float* qq = qs + g * hd + half * hh + d;
+                        float sdot = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < 8; ++i) sdot += qq[i] * kf[i];
+                        acc[g] += sdot;
+                    }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) acc[g] += shfl_xor(acc[g], 1);
+        if (half == 0)
+#pragma unroll
+            for (int g = 0; g < GMAX; ++g)
+                if (g < G) S[g][pi] = pos < n_kv ? acc[g] * sh.scale : kNegInf;
+    }
+    __syncthreads();
+    softmax_stats(&S[0][0], kFastSpan, G, kFastSpan, stat_m, stat_l);
+    const int nd = hd / 8, npg = kAttnT / nd;
+    const int dc = t % nd, pg = t / nd;
+    const int n_here = min(kFastSpan, n_kv - p0);
+    float o[GMAX][8];
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[g][e] = 0.0f;
+    if (pg < npg) {
+#pragma unroll 4
+        for (int i = pg; i < n_here; i += npg) {
+            float vf[8];
+            load8(pool + s_voff[i] + dc * 8, vf);
+#pragma unroll
+            for (int g = 0; g < GMAX; ++g)
+                if (g < G) {
+                    const float pw = S[g][i];
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) o[g][e] += pw * vf[e];
+                }
+        }
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g)
+            if (g < G)
+#pragma unroll
+                for (int e = 0; e < 8; ++e) red[(pg * GMAX + g) * hd + dc * 8 + e] = o[g][e];
+    }
+    __syncthreads();
+    for (int idx = t; idx < G * hd; idx += kAttnT) {
+        const int g = idx / hd, d = idx % hd;
+        float v = 0.0f;
+        for (int p = 0; p < npg; ++p) v += red[(p * GMAX + g) * hd + d];
+        float* out = part + ((int64_t{b} * sh.n_head + h0 + g) * splits + split) * (hd + 2);
+        out[d] = v;
+        if (d == 0) out[hd] = stat_m[g], out[hd + 1] = stat_l[g];
+    }
+}
+
+__global__ void __launch_bounds__(kAttnT) attn_combine_kernel(const RowDesc* rd, AttnShape sh, int splits, int span,
+                                                               const float* part, float* att, int64_t att_ld) {
+    const int h = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.y);
+    const int hd = sh.head_dim;
+    const int n_kv = rd[b].pos + 1;
+    const int active = min(splits, (n_kv + span - 1) / span);
+    const float* base = part + (int64_t{b} * sh.n_head + h) * splits * (hd + 2);
+    float M = kNegInf;
+    for (int s = 0; s < active; ++s) M = fmaxf(M, base[s * (hd + 2) + hd]);
+    float L = 0.0f;
+    for (int s = 0; s < active; ++s) L += base[s * (hd + 2) + hd + 1] * expf(base[s * (hd + 2) + hd] - M);
+    const float inv = 1.0f / L;
+    for (int d = static_cast<int>(threadIdx.x); d < hd; d += kAttnT) {
+        float v = 0.0f;
+        for (int s = 0; s < active; ++s) v += base[s * (hd + 2) + d] * expf(base[s * (hd + 2) + hd] - M);
+        att[b * att_ld + int64_t{h} * hd + d] = v * inv;
+    }
+}
+
+unsigned blocks_for(int64_t n, int threads, unsigned cap = 1024) {
+    const int64_t b = (n + threads - 1) / threads;
+    return static_cast<unsigned>(b < 1 ? 1 : b > cap ? cap : b);
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, int64_t ldx, const int32_t* idx, const float* w, int n, int rows, float eps, float* y,
+             int64_t ldy, uint16_t* yh, int64_t ldyh, gpuStream_t s) {
+    if (rows <= 0) return;
+    auto k = rmsnorm_kernel;
+    const int threads = n >= 1024 ? 1024 : (n + kWarp - 1) / kWarp * kWarp;
+    LOOM_LAUNCH(k, static_cast<unsigned>(rows), threads, 0, s, x, ldx, idx, w, n, eps, y, ldy, yh, ldyh);
+    LOOM_GPU_CHECK_LAUNCH();
+}
+
+void swiglu(const float* y, int64_t ldy, int ff, int rows, float* g, int64_t ldg, uint16_t* gh, int64_t ldgh,
+            gpuStream_t s) {
+    if (rows <= 0) return;
+    auto k = swiglu_kernel;
+    LOOM_LAUNCH(k, dim3(blocks_for(ff, 256, 64), static_cast<unsigned>(rows)), 256, 0, s, y, ldy, ff, g, ldg, gh, ldgh);
+    LOOM_GPU_CHECK_LAUNCH();
+}
+
+void to_f16(const float* x, int64_t ldx, int n, int rows, uint16_t* y, int64_t ldy, gpuStream_t s) {
+    if (rows <= 0) return;
+    auto k = to_f16_kernel;
+    LOOM_LAUNCH(k, dim3(blocks_for(n, 256, 64), static_cast<unsigned>(rows)), 256, 0, s, x, ldx, n, y, ldy);
+    LOOM_GPU_CHECK_LAUNCH();
+}
+
+void rope_store(float* qkv, int64_t ld, int rows, const AttnShape& sh, int layer, const RowDesc* rd,
+                const PagedKv& kv, const float* rope_cs, const float* bq, const float* bk, const float* bv,
+                const float* q_norm, const float* k_norm, gpuStream_t s) {
+    if (rows <= 0) return;
+    if (sh.head_dim > 256) throw GpuError("head_dim above 256");
+    auto k = rope_store_kernel;
+    const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(sh.n_head + 2 * sh.n_head_kv));
+    LOOM_LAUNCH(k, grid, kWarp, 0, s, qkv, ld, sh, layer, rd, kv, rope_cs, bq, bk, bv, q_norm, k_norm);
+    LOOM_GPU_CHECK_LAUNCH();
+}
+
+int attn_decode_span(const AttnShape& sh) {
+    const int group = sh.n_head / sh.n_head_kv;
+    return sh.head_dim % 16 == 0 && sh.head_dim <= 256 && group <= 8 ? kFastSpan : kAttnT;
+}
+
+void attn_decode(const float* q, int64_t q_ld, const RowDesc* rd, int nq, int layer, const AttnShape& sh,
+                 const PagedKv& kv, int splits, float* part, float* att, int64_t att_ld, gpuStream_t s) {
+    if (nq <= 0) return;
+    const int group = sh.n_head / sh.n_head_kv;
+    const int span = attn_decode_span(sh);
+    if (span == kFastSpan) {
+        const dim3 grid(static_cast<unsigned>(sh.n_head_kv), static_cast<unsigned>(splits), static_cast<unsigned>(nq));
+        auto go = [&](auto k) {
+            LOOM_LAUNCH(k, grid, kAttnT, 0, s, q, q_ld, rd, layer, sh, kv, splits, part);
+            LOOM_GPU_CHECK_LAUNCH();
+        };
+        const int gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+        if (kv.f16) {
+            if (gm == 1) go(attn_fast_kernel<uint16_t, 1>);
+            else if (gm == 2) go(attn_fast_kernel<uint16_t, 2>);
+            else if (gm == 4) go(attn_fast_kernel<uint16_t, 4>);
+            else go(attn_fast_kernel<uint16_t, 8>);
+        } else {
+            if (gm == 1) go(attn_fast_kernel<float, 1>);
+            else if (gm == 2) go(attn_fast_kernel<float, 2>);
+            else if (gm == 4) go(attn_fast_kernel<float, 4>);
+            else go(attn_fast_kernel<float, 8>);
+        }
+    } else {
+        const int hgroups = (group + kMaxG - 1) / kMaxG;
+        auto k1 = attn_split_kernel;
+        LOOM_LAUNCH(k1,
+                    dim3(static_cast<unsigned>(sh.n_head_kv * hgroups), static_cast<unsigned>(splits),
+                         static_cast<unsigned>(nq)),
+                    kAttnT, 0, s, q, q_ld, rd, layer, sh, kv, splits, part);
+        LOOM_GPU_CHECK_LAUNCH();
+    }
+    auto k2 = attn_combine_kernel;
+    LOOM_LAUNCH(k2, dim3(static_cast<unsigned>(sh.n_head), static_cast<unsigned>(nq)), kAttnT, 0, s, rd, sh, splits,
+                span, part, att, att_ld);
+    LOOM_GPU_CHECK_LAUNCH();
+}
+
+}  // namespace loom::gpu

@@ -1,0 +1,87 @@
+// Block-wide reductions of the device sampler and prompt scoring (k_sample.cu, k_score.cu):
+// (value, id) candidates ordered by value descending, ties by lower id (engine/sampler.cpp's
+// order), the best of a block, and block maxima and double sums. Blocks have kST threads.
+#pragma once
+
+#include <cmath>
+
+#include "engine/backends/gpu/kernels.hpp"
+
+namespace loom::gpu {
+namespace {
+
+constexpr int kST = 1024;  // threads of every sampling block
+
+struct Cand {
+    float v;
+    int32_t id;  // < 0: none
+};
+
+LOOM_DEV bool better(const Cand& a, const Cand& b) {
+    if (a.id < 0) return false;
+    if (b.id < 0) return true;
+    return a.v > b.v || (a.v == b.v && a.id < b.id);
+}
+
+LOOM_DEV uint64_t key_of(float v, int32_t id) {
+    if (v == 0.0f) v = 0.0f;  // -0 == +0, as the reference compares them
+    const uint32_t u = __float_as_uint(v);
+    const uint32_t o = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return (static_cast<uint64_t>(o) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(id));
+}
+
+LOOM_DEV Cand warp_best(Cand c) {
+#pragma unroll
+    for (int m = kWarp / 2; m > 0; m >>= 1) {
+        Cand o;
+        o.v = shfl_xor(c.v, m);
+        o.id = shfl_xor(c.id, m);
+        if (better(o, c)) c = o;
+    }
+    return c;
+}
+
+// The best candidate of the block (every thread gets it); sh holds kST / kWarp + 1 entries.
+LOOM_DEV Cand block_best(Cand c, Cand* sh) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+    const int nw = static_cast<int>(blockDim.x) / kWarp;
+    c = warp_best(c);
+    if (lane == 0) sh[warp] = c;
+    __syncthreads();
+    if (warp == 0) {
+        Cand d = lane < nw ? sh[lane] : Cand{0.0f, -1};
+        d = warp_best(d);
+        if (lane == 0) sh[nw] = d;
+    }
+    __syncthreads();
+    const Cand r = sh[nw];
+    __syncthreads();
+    return r;
+}
+
+LOOM_DEV float block_max(float v, float* sh) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+    const int nw = static_cast<int>(blockDim.x) / kWarp;
+    v = warp_max(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float r = -INFINITY;
+    for (int w = 0; w < nw; ++w) r = fmaxf(r, sh[w]);
+    __syncthreads();
+    return r;
+}
+
+LOOM_DEV double block_sum(double v, double* sh) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+    const int nw = static_cast<int>(blockDim.x) / kWarp;
+    v = warp_sum_d(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    double r = 0;
+    for (int w = 0; w < nw; ++w) r += sh[w];
+    __syncthreads();
+    return r;
+}
+
+}  // namespace
+}  // namespace loom::gpu

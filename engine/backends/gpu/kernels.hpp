@@ -1,0 +1,274 @@
+// Host-callable launchers of the GPU backend's kernels (CUDA, HIP and the CPU emulator build the
+// same sources). All pointers are device pointers unless a comment says otherwise; every launcher
+// enqueues on `s` and returns at once. Activations are F32, row-major, with explicit row strides
+// ("ld", in elements); weights are in the device layouts of DevMatrix.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/backends/gpu/gpu_runtime.hpp"
+#include "engine/kv_layout.hpp"
+
+namespace loom::gpu {
+
+/// ggml type ids (GGUF "ggml_type") of the weight types the GPU backend stores.
+constexpr uint32_t kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14, kBF16 = 30;
+
+/// A weight matrix [rows x cols] in device memory, one output row every `row_bytes` bytes
+/// (16-byte aligned). Layouts per type (rows padded with zero bytes to row_bytes):
+///  - F32 / F16 / BF16: cols elements, row padded to a multiple of 64 bytes.
+///  - Q8_0: the row's cols int8 quants first, then its cols/32 half scales (GGUF's blocks of
+///    {half d; int8 q[32]} split into two arrays so that quants load 16 bytes at a time).
+///  - Q4_K: GGUF's 144-byte blocks unchanged (ggml-common.h block_q4_K).
+///  - Q6_K: GGUF's 210-byte blocks, each padded to 224 bytes (ql[128], qh[64], scales[16], d).
+struct DevMatrix {
+    uint32_t type = kF32;
+    int64_t rows = 0, cols = 0;
+    size_t row_bytes = 0;
+    const uint8_t* data = nullptr;
+};
+
+/// True for the weight types above.
+bool device_type_supported(uint32_t type);
+/// Bytes of one device row of `cols` elements of `type` (see DevMatrix). Throws
+/// std::invalid_argument for an unsupported type or a cols that is not a whole number of blocks.
+size_t device_row_bytes(uint32_t type, int64_t cols);
+/// Host function: converts `rows` GGUF rows at `src` (tightly packed, GGUF layout) into the
+/// device layout at `dst` (host memory, rows * device_row_bytes bytes, padding zeroed).
+void repack_rows(uint32_t type, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst);
+
+/// One token row of a step, in device memory (so that a captured graph replays for any
+/// positions): the token to embed, its position, and where its sequence's block table starts in
+/// the step's flat table array (PagedKv::tables).
+struct RowDesc {
+    int32_t token = 0;
+    int32_t pos = 0;
+    int32_t table = 0;
+    int32_t pad = 0;
+};
+
+/// The paged KV pool as the kernels see it: `pool` holds layout.pool_elems(n_layer) elements
+/// (F16 when f16, else F32) in engine/kv_layout.hpp's layout; `tables` is the step's flat array
+/// of block ids, and a row's position pos lives in block tables[row.table + pos / block_tokens].
+struct PagedKv {
+    void* pool = nullptr;
+    engine::KvLayout layout;
+    const int32_t* tables = nullptr;
+    bool f16 = true;
+};
+
+// ---- matrix products --------------------------------------------------------------------
+
+/// What a matvec writes: y = W.x, y += W.x (residual), or y = silu(Wa.x) * (Wb.x) (SwiGLU,
+/// Shazeer 2020: seg[0] is the gate and seg[1] the up projection, same rows).
+enum class MvMode : int { Store = 0, Add = 1, SwiGLU = 2 };
+
+/// One matrix of a (possibly fused) matvec launch: rows of `w` go to y[b * y_stride + r].
+struct MvSeg {
+    const uint8_t* w = nullptr;
+    int32_t rows = 0;
+    float* y = nullptr;
+};
+
+/// y_b = W x_b for b < nb (nb <= 8) over up to three matrices of one type and column count
+/// (the fused Q/K/V projection, or gate+up). Weights are read once for all nb vectors and
+/// dequantized in registers; sums are F32, and a row's sum is computed in the same order for
+/// every nb (each vector's accumulation is independent of the others).
+struct MatvecArgs {
+    uint32_t type = kF16;
+    int32_t cols = 0;
+    size_t row_bytes = 0;
+    MvSeg seg[3];
+    int nseg = 1;
+    const float* x = nullptr;
+    int64_t x_stride = 0;
+    int64_t y_stride = 0;
+    int nb = 1;
+    MvMode mode = MvMode::Store;
+    /// When set, x is the raw residual stream and every block applies RMSNorm with these
+    /// weights first (x * scale * w with scale = 1/sqrt(mean(x^2) + eps), the mean in double, as
+    /// rmsnorm() computes it), so that no separate normalisation kernel runs in decode steps.
+    const float* norm_w = nullptr;
+    float norm_eps = 0.0f;
+    /// Always run the 8-vector instantiation of the kernel, whatever nb (batch invariance: the
+    /// same machine code computes a row for every batch size).
+    bool fixed_tiling = false;
+    /// What the epilogue does with each segment's rows instead of a plain store: 0 store, 1
+    /// rotate by RoPE (adjacent pairs) and store (q), 2 rotate and write to the K cache, 3 write
+    /// to the V cache, at rows[b]'s position through its block table (as rope_store does).
+    int8_t seg_role[3] = {0, 0, 0};
+    const RowDesc* rows = nullptr;
+    PagedKv kv;
+    const float* rope_cs = nullptr;
+    int layer = 0;
+    int head_dim = 0, rope_dim = 0;
+};
+void matvec(const MatvecArgs& a, gpuStream_t s);
+
+/// Dequantizes rows [row0, row0 + n) of m into F16 rows of `dst` (leading dimension dst_ld
+/// halves), for the GEMM path.
+void dequant_f16(const DevMatrix& m, int64_t row0, int64_t n, uint16_t* dst, int64_t dst_ld, gpuStream_t s);
+
+/// x[i] = row rows[i].token of m (dequantized to F32) for i < n.
+void embed(const DevMatrix& m, const RowDesc* rows, int n, float* x, int64_t ld, gpuStream_t s);
+
+/// C[M x N] (+)= A[M x K] . W[N x K]^T with A in F32 and W in F16 (w_f16) or F32: loom's own
+/// tiled GEMM (64 x 64 tiles, F32 accumulation), used where cuBLAS is absent (HIP, emulator).
+void gemm_own(const float* A, int64_t lda, const void* W, bool w_f16, int64_t ldw, int M, int N, int K, float* C,
+              int64_t ldc, bool accumulate, gpuStream_t s);
+
+// ---- element-wise and normalisation -----------------------------------------------------
+
+/// RMSNorm (Zhang & Sennrich 2019) of `rows` rows of n: y[i] = x[r] * (1/sqrt(mean(x[r]^2) +
+/// eps)) * w with r = idx[i] (a gather, device array) or r = i when idx is null; the mean in
+/// double as in the CPU backend. yh (optional) receives an F16 copy.
+void rmsnorm(const float* x, int64_t ldx, const int32_t* idx, const float* w, int n, int rows, float eps, float* y,
+             int64_t ldy, uint16_t* yh, int64_t ldyh, gpuStream_t s);
+
+/// g[t][i] = silu(y[t][i]) * y[t][ff + i]; gh (optional) receives an F16 copy.
+void swiglu(const float* y, int64_t ldy, int ff, int rows, float* g, int64_t ldg, uint16_t* gh, int64_t ldgh,
+            gpuStream_t s);
+
+/// F16 copy of `rows` rows of n floats.
+void to_f16(const float* x, int64_t ldx, int n, int rows, uint16_t* y, int64_t ldy, gpuStream_t s);
+
+// ---- attention over the paged KV cache --------------------------------------------------
+
+/// Shape of the attention layer.
+struct AttnShape {
+    int n_head = 0, n_head_kv = 0, head_dim = 0;
+    int rope_dim = 0;
+    bool neox = false;      ///< rotate (i, i + rope_dim/2) instead of (2i, 2i + 1)
+    float scale = 1.0f;     ///< 1/sqrt(head_dim)
+    float eps = 1e-5f;      ///< qk-norm epsilon
+    LOOM_HD int64_t kv_dim() const { return int64_t{n_head_kv} * head_dim; }
+};
+
+/// For each of `rows` rows of qkv ([q | k | v], leading dimension ld): adds the biases
+/// (optional), applies the per-head RMSNorm of q and k (optional, qwen3), rotates q and k by
+/// RoPE (Su et al. 2021) with the cos/sin table rope_cs[pos][rope_dim/2][2], and stores k and v
+/// into layer `layer` of the pool at rd[r].pos through rd[r]'s block table. q is rotated in place.
+void rope_store(float* qkv, int64_t ld, int rows, const AttnShape& sh, int layer, const RowDesc* rd,
+                const PagedKv& kv, const float* rope_cs, const float* bq, const float* bk, const float* bv,
+                const float* q_norm, const float* k_norm, gpuStream_t s);
+
+/// Positions per split of attn_decode for this shape (64 or 128), fixed by the shape alone, so
+/// that a query's reduction order never depends on the batch.
+int attn_decode_span(const AttnShape& sh);
+
+/// Decode attention, split-K over the cached positions (Flash-Decoding, Dao et al. 2023): query
+/// row b < nq of q (leading dimension q_ld) attends to positions 0..rd[b].pos of its sequence,
+/// read through its block table; `splits` chunks of attn_decode_span(sh) positions run in
+/// parallel (splits * span > every rd[b].pos) and are combined. part holds splits * nq * n_head *
+/// (head_dim + 2) floats. Output att[b][h * head_dim + d]. A query's result does not depend on
+/// `splits` or on the other rows.
+void attn_decode(const float* q, int64_t q_ld, const RowDesc* rd, int nq, int layer, const AttnShape& sh,
+                 const PagedKv& kv, int splits, float* part, float* att, int64_t att_ld, gpuStream_t s);
+
+/// A tile of consecutive query rows of one sequence for attn_prefill: flat rows row0..row0+n-1 at
+/// positions pos0..pos0+n-1, whose block table starts at `table` in PagedKv::tables.
+struct PrefillTile {
+    int32_t row0 = 0;
+    int32_t n = 0;
+    int32_t pos0 = 0;
+    int32_t table = 0;
+};
+
+/// Queries per PrefillTile for this shape (tiles have at most this many rows).
+int attn_prefill_tile_queries(const AttnShape& sh);
+
+/// Prefill attention, tiled and causal (FlashAttention's online softmax, Dao et al. 2022, with
+/// F32 arithmetic): each query of each tile (row r of q and att, position p) attends to
+/// positions 0..p of its sequence, the cached prefix included, read through its block table;
+/// all query heads of a KV group share each K/V tile. Throws GpuError for a head_dim above 256.
+void attn_prefill(const float* q, int64_t q_ld, const PrefillTile* tiles, int ntiles, int layer,
+                  const AttnShape& sh, const PagedKv& kv, float* att, int64_t att_ld, gpuStream_t s);
+
+// ---- sampling and logprobs (engine/sampler.hpp semantics) -------------------------------
+
+constexpr int kMaxTop = 20;
+
+/// A logit_bias entry of an id named more than once (applied in order, as the reference does).
+struct BiasEntry {
+    int32_t id = 0;
+    float bias = 0;
+};
+
+/// Bit 31 of a penalty state word: the id occurs in the prompt or the output (repetition
+/// penalty); bits 0..30: how often it occurs in the output (frequency/presence penalties).
+constexpr uint32_t kSeenBit = 0x80000000u;
+
+/// A sampling slot's configuration and the device pointers of its state (written when the slot
+/// opens, read by every sampling launch). The state: `allowed` (n_cand sorted ids when
+/// has_allowed), `bias` (n_vocab floats, 0 where none; NaN marks an id with several entries in
+/// `multi`), `pen` (n_vocab penalty state words, updated on the device as tokens are sampled).
+struct SampleCfg {
+    int32_t n_vocab = 0;
+    int32_t n_cand = 0;        ///< candidates: allowed ids (sorted) or the whole vocabulary
+    int32_t has_allowed = 0;
+    int32_t has_bias = 0;
+    int32_t penalties = 0;     ///< repetition, presence or frequency penalty active
+    int32_t n_multi = 0;
+    float temperature = 1.0f;
+    int32_t greedy = 0;
+    int32_t top_k = 0;
+    float top_p = 1.0f;
+    float min_p = 0.0f;
+    int32_t filter = 0;        ///< top-k/top-p/min-p active (and needed)
+    int32_t k_raw = -1;        ///< raw top-K wanted (0..20), -1: no raw logprobs
+    int32_t k_proc = 0;        ///< processed top-K wanted (0..20)
+    int32_t processed_lp = 0;  ///< logprobs from the processed distribution
+    float rep_penalty = 1.0f, presence = 0.0f, frequency = 0.0f;
+    const int32_t* allowed = nullptr;
+    const float* bias = nullptr;
+    uint32_t* pen = nullptr;
+    const BiasEntry* multi = nullptr;
+};
+
+/// One row of a sampling launch: the slot (index into the SampleCfg array), the logits row it
+/// samples from and the uniform draw u in [0, 1).
+struct SampleRow {
+    int32_t slot = 0;
+    int32_t logits_row = 0;
+    double u = 0;
+};
+
+/// One prompt-logprob row: the logits row, the scored token and the top-k (k <= 20) wanted.
+struct ScoreRow {
+    int32_t logits_row = 0;
+    int32_t target = 0;
+    int32_t k = 0;
+    int32_t pad = 0;
+};
+
+/// What crosses back to the host: the token, its logprob and the top pairs.
+struct SampleOut {
+    int32_t token = -1;
+    float logprob = 0;
+    int32_t n_top = 0;
+    int32_t nan = 0;
+    int32_t top_id[kMaxTop];
+    float top_lp[kMaxTop];
+};
+
+/// Stage-1 blocks that cover n_cand candidates (the `nblk` of sample_rows).
+int sample_blocks(int n_cand);
+
+/// Device scratch of sample_rows for up to `rows` rows over a vocabulary of n_vocab, in bytes.
+size_t sample_scratch_bytes(int n_vocab, int rows);
+
+/// Samples `n` rows at once (engine/sampler.cpp's order of steps): row i draws from logits row
+/// rows[i].logits_row (leading dimension ld) with the configuration cfgs[rows[i].slot], into
+/// out[i]; its slot's penalty state then counts the sampled token. Slots of the rows are
+/// distinct; nblk = sample_blocks(largest n_cand of the rows); scratch has
+/// sample_scratch_bytes(n_vocab, n). Three launches whatever n, no host sync.
+void sample_rows(const float* logits, int64_t ld, int n_vocab, const SampleCfg* cfgs, const SampleRow* rows, int n,
+                 int nblk, void* scratch, SampleOut* out, gpuStream_t s);
+
+/// Prompt logprobs: for each of `n` rows, the raw logprob of rows[i].target from logits row
+/// rows[i].logits_row over the whole vocabulary, and the top rows[i].k raw pairs, into out[i].
+void score_rows(const float* logits, int64_t ld, int n_vocab, const ScoreRow* rows, int n, SampleOut* out,
+                gpuStream_t s);
+
+}  // namespace loom::gpu

@@ -1,0 +1,150 @@
+// loom-engine-cuda / loom-engine-hip / loom-engine-gpuemu: serves the loom engine protocol
+// (docs/protocol.md) on stdin/stdout with the GPU backend; parses the GPU options (GpuOptions).
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "engine/backends/gpu/gpu_backend.hpp"
+#include "engine/serve.hpp"
+
+#ifndef LOOM_ENGINE_NAME
+#define LOOM_ENGINE_NAME "loom-engine-cuda"
+#endif
+
+namespace {
+
+const char* kUsage =
+    LOOM_ENGINE_NAME
+    ": loads a GGUF model onto the GPU and speaks the loom engine protocol\n"
+    "(docs/protocol.md) on stdin/stdout, e.g.\n"
+    "  GEN r1 prompt=1,403,407,261,378 max_tokens=8 temperature=0 logprobs=2\n\n"
+    "Options:\n"
+    "  -h, --help             print this help and exit\n"
+    "  -m, --model FILE       GGUF model file (required); weight types f32, f16, bf16, q8_0, q4_K, q6_K\n"
+    "  -c, --ctx N            context length in tokens (0: the model's training context)\n"
+    "  -p, --parallel N       sequences running at once (default 8); more wait in line\n"
+    "  --max-step-tokens N    tokens one step evaluates, decodes and prefill chunks together (default 2048)\n"
+    "  --prefill-chunk N      the same as --max-step-tokens (its former name)\n"
+    "  --kv-tokens N          KV cache pool size in positions (default: --kv-fraction of the free memory)\n"
+    "  --kv-fraction F        share of the device memory free after weights and buffers that the KV pool\n"
+    "                         takes when --kv-tokens is not given (default 0.9)\n"
+    "  --kv-f32               keep the KV cache in F32 (default F16, half the memory)\n"
+    "  --kv-f16               accepted for compatibility: F16 is the default\n"
+    "  --batch-invariant      a request's tokens and logprobs bitwise identical whatever shares its\n"
+    "                         batch, however its prompt is chunked and whether its prefix was cached\n"
+    "                         (slower: one kernel and reduction order for every batch size)\n"
+    "  -t, --threads N        accepted for compatibility with loom-engine-cpu; ignored\n"
+    "Tuning (for benchmarks):\n"
+    "  --no-graphs            launch decode kernels one by one instead of replaying a graph\n"
+    "  --no-fuse-rope         RoPE and the K/V store as their own kernel, not in the QKV matvec\n"
+    "  --own-gemm             loom's GEMM kernel instead of cuBLAS for prefill (CUDA)\n"
+    "  --matvec-rows N        steps of at most N token rows use the matvec kernel, larger ones GEMMs\n"
+    "                         (default 8)\n";
+
+bool parse_int(const std::string& s, long long max, long long& out) {
+    try {
+        size_t pos = 0;
+        const long long v = std::stoll(s, &pos);
+        if (pos != s.size() || v < 0 || v > max) return false;
+        out = v;
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+bool parse_fraction(const std::string& s, double& out) {
+    try {
+        size_t pos = 0;
+        const double v = std::stod(s, &pos);
+        if (pos != s.size() || !(v > 0.0 && v <= 1.0)) return false;
+        out = v;
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+[[noreturn]] void usage_error(const std::string& msg) {
+    std::cerr << LOOM_ENGINE_NAME << ": " << msg << "\n" << kUsage;
+    std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string model;
+    loom::gpu::GpuOptions opts;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i], v;
+        const auto eq = a.find('=');
+        const bool has_eq = a.rfind("--", 0) == 0 && eq != std::string::npos;
+        if (has_eq) v = a.substr(eq + 1), a = a.substr(0, eq);
+        auto value = [&]() -> std::string {
+            if (has_eq) return v;
+            if (i + 1 >= argc) usage_error(a + " needs a value");
+            return argv[++i];
+        };
+        auto number = [&](long long max) {
+            const std::string s = value();
+            long long n = 0;
+            if (!parse_int(s, max, n)) usage_error("bad value '" + s + "' for " + a);
+            return n;
+        };
+        constexpr long long kMaxInt = 1 << 30;
+        if (a == "-h" || a == "--help") {
+            std::cout << kUsage;
+            return 0;
+        } else if (a == "-m" || a == "--model") {
+            model = value();
+        } else if (a == "-c" || a == "--ctx") {
+            opts.n_ctx = static_cast<int32_t>(number(kMaxInt));
+        } else if (a == "-p" || a == "--parallel") {
+            opts.max_slots = static_cast<int>(number(1 << 16));
+        } else if (a == "--max-step-tokens" || a == "--prefill-chunk") {
+            opts.max_step_tokens = static_cast<int>(number(kMaxInt));
+        } else if (a == "--kv-tokens") {
+            opts.kv_tokens = number(int64_t{1} << 40);
+        } else if (a == "--kv-fraction") {
+            const std::string s = value();
+            if (!parse_fraction(s, opts.kv_fraction)) usage_error("bad value '" + s + "' for --kv-fraction (0 < F <= 1)");
+        } else if (a == "--kv-f32") {
+            opts.kv_f32 = true;
+        } else if (a == "--kv-f16") {
+            opts.kv_f32 = false;
+        } else if (a == "--batch-invariant") {
+            opts.batch_invariant = true;
+        } else if (a == "-t" || a == "--threads") {
+            (void)number(kMaxInt);
+        } else if (a == "--no-graphs") {
+            opts.graphs = false;
+        } else if (a == "--no-fuse-rope") {
+            opts.fuse_rope = false;
+        } else if (a == "--own-gemm") {
+            opts.own_gemm = true;
+        } else if (a == "--matvec-rows") {
+            opts.matvec_rows = static_cast<int>(number(kMaxInt));
+        } else {
+            usage_error("unknown option " + a);
+        }
+    }
+    if (model.empty()) usage_error("--model is required");
+    if (opts.max_slots < 1 || opts.max_step_tokens < 1) usage_error("--parallel and --max-step-tokens must be >= 1");
+    opts.engine_name = LOOM_ENGINE_NAME;
+    std::unique_ptr<loom::engine::Backend> backend;
+    try {
+        backend = loom::gpu::make_gpu_backend(model, opts);
+    } catch (const std::exception& e) {
+        // Before HELLO, an ERR line with id "-" tells the gateway why the engine did not start.
+        const std::string msg = e.what();
+        std::fprintf(stdout, "%s\n", loom::protocol::format(loom::protocol::Error{"-", msg}).c_str());
+        std::fflush(stdout);
+        std::fprintf(stderr, "%s: cannot load %s: %s\n", LOOM_ENGINE_NAME, model.c_str(), msg.c_str());
+        return 1;
+    }
+    loom::engine::ServeOptions so;
+    so.engine_name = LOOM_ENGINE_NAME;
+    so.max_parallel = opts.max_slots;
+    return loom::engine::serve(*backend, stdin, stdout, so);
+}

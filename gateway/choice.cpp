@@ -1,0 +1,143 @@
+// One choice's bookkeeping; see choice.hpp.
+#include "gateway/choice.hpp"
+
+namespace loom::gateway {
+namespace {
+
+void append(Released& to, Released&& from) {
+    to.text += from.text;
+    for (auto& e : from.entries) to.entries.push_back(std::move(e));
+}
+
+}  // namespace
+
+Choice::Choice(const model::Tokenizer& tok, const GenerationRequest& req, int index, size_t prompt_index)
+    : req_(req), index_(index), prompt_index_(prompt_index),
+      text_asm_(tok, req.stop, req.endpoint != Endpoint::ChatCompletions), echo_(req.echo) {
+    if (req.endpoint != Endpoint::ChatCompletions) return;
+    if (auto parser = make_output_parser(req.output))
+        split_ = std::make_unique<OutputSplitter>(tok, std::move(parser),
+                                                  [family = req.output.tools] { return new_call_id(family); });
+}
+
+std::optional<std::string> Choice::finish_reason() const {
+    if (!finish_ || !split_) return finish_;
+    return split_->finish_reason(*finish_);
+}
+
+bool Choice::take_output_end() {
+    if (output_end_taken_ || done_ || !split_ || !split_->done()) return false;
+    output_end_taken_ = true;
+    return true;
+}
+
+SplitDelta Choice::split(Released rel) {
+    SplitDelta d = split_->push(rel);
+    if (!done_) return d;
+    SplitDelta rest = split_->finish();
+    d.content += rest.content;
+    d.reasoning += rest.reasoning;
+    for (auto& e : rest.content_entries) d.content_entries.push_back(std::move(e));
+    for (auto& e : rest.reasoning_entries) d.reasoning_entries.push_back(std::move(e));
+    for (auto& t : rest.calls) d.calls.push_back(std::move(t));
+    return d;
+}
+
+Released Choice::echo_rest() {
+    Released all;
+    if (!echo_) return all;
+    const auto& prompt = req_.prompts[prompt_index_];
+    for (; echo_next_ < prompt.size(); ++echo_next_) append(all, text_asm_.push_prompt(prompt[echo_next_], nullptr));
+    echo_ = false;
+    return all;
+}
+
+Released Choice::on_token(int32_t token, const protocol::Logprobs* lp) {
+    if (stopped()) return {};
+    Released rel = echo_rest();
+    append(rel, text_asm_.push(token, lp));
+    return rel;
+}
+
+Released Choice::on_prompt_logprobs(const protocol::PromptLogprobs& plp) {
+    const auto& prompt = req_.prompts[prompt_index_];
+    if (!echo_ || plp.index != static_cast<int64_t>(echo_next_) || echo_next_ >= prompt.size()) return {};
+    return text_asm_.push_prompt(prompt[echo_next_++], &plp);
+}
+
+Released Choice::on_done(const protocol::Done& d) {
+    done_ = true;
+    engine_tokens_ = d.completion_tokens;
+    cached_tokens_ = d.cached_tokens;
+    finish_ = (stopped() || d.finish != "length") ? "stop" : "length";
+    Released rel = echo_rest();
+    append(rel, text_asm_.finish());
+    return rel;
+}
+
+int64_t Choice::completion_tokens() const { return stopped() ? text_asm_.generated() : engine_tokens_; }
+
+void Choice::keep(Released rel) {
+    if (!split_) {
+        text_ += rel.text;
+        for (auto& e : rel.entries) entries_.push_back(std::move(e));
+        return;
+    }
+    SplitDelta d = split(std::move(rel));
+    text_ += d.content;
+    reasoning_ += d.reasoning;
+    for (auto& e : d.content_entries) entries_.push_back(std::move(e));
+    for (auto& e : d.reasoning_entries) reasoning_entries_.push_back(std::move(e));
+    for (auto& t : d.calls) {
+        if (t.header) {
+            calls_.push_back(std::move(t));
+            continue;
+        }
+        ToolCallDelta& whole = calls_.at(static_cast<size_t>(t.index));
+        whole.arguments += t.arguments;
+        for (auto& e : t.name_entries) whole.name_entries.push_back(std::move(e));
+        for (auto& e : t.arg_entries) whole.arg_entries.push_back(std::move(e));
+    }
+}
+
+std::vector<ChoiceOut> Choice::chunks(Released rel, std::optional<std::string> finish) {
+    std::vector<ChoiceOut> out;
+    auto add = [&](std::string text, std::vector<LogprobEntry> entries) -> ChoiceOut& {
+        ChoiceOut& o = out.emplace_back();
+        o.index = index_;
+        o.text = std::move(text);
+        o.entries = std::move(entries);
+        o.text_offset = char_offset_;
+        char_offset_ += utf8_chars(o.text);
+        return o;
+    };
+    if (!split_) {
+        if (!rel.empty() || finish) add(std::move(rel.text), std::move(rel.entries));
+    } else {
+        SplitDelta d = split(std::move(rel));
+        if (!d.content.empty() || !d.content_entries.empty() || !d.reasoning.empty() || !d.reasoning_entries.empty()) {
+            ChoiceOut& o = add(std::move(d.content), std::move(d.content_entries));
+            o.reasoning = std::move(d.reasoning);
+            o.reasoning_entries = std::move(d.reasoning_entries);
+        }
+        for (auto& t : d.calls) add({}, {}).tool_calls.push_back(std::move(t));
+        if (finish) finish = finish_reason();  // the calls are all known now
+        if (out.empty() && finish) add({}, {});
+    }
+    if (!out.empty()) out.back().finish_reason = std::move(finish);
+    return out;
+}
+
+ChoiceOut Choice::take_whole() {
+    ChoiceOut out;
+    out.index = index_;
+    out.text = std::move(text_);
+    out.entries = std::move(entries_);
+    out.finish_reason = finish_reason();
+    out.reasoning = std::move(reasoning_);
+    out.reasoning_entries = std::move(reasoning_entries_);
+    out.tool_calls = std::move(calls_);
+    return out;
+}
+
+}  // namespace loom::gateway

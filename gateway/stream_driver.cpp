@@ -1,0 +1,151 @@
+// Event loop, SSE, cancellation and the disconnect watch; see stream_driver.hpp.
+#include "gateway/stream_driver.hpp"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+
+namespace loom::gateway {
+namespace {
+
+// Completes when the client closes its end (or sends more bytes, which ends the
+// watch); pushes Disconnected in the first case. Cancelled with socket.cancel().
+asio::awaitable<void> watch_disconnect(tcp::socket& s, std::shared_ptr<EventQueue> q, std::shared_ptr<bool> live) {
+    boost::system::error_code ec;
+    co_await s.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || !*live) co_return;
+    char c;
+    const ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) q->push(-1, Disconnected{});
+}
+
+}  // namespace
+
+asio::awaitable<bool> SseWriter::header(unsigned version) {
+    http::response<http::empty_body> res{http::status::ok, version};
+    res.set(http::field::server, "loom");
+    res.set(http::field::content_type, "text/event-stream");
+    res.set(http::field::cache_control, "no-cache");
+    res.chunked(true);
+    http::response_serializer<http::empty_body> sr{res};
+    boost::system::error_code ec;
+    co_await http::async_write_header(s_, sr, asio::redirect_error(asio::use_awaitable, ec));
+    co_return !ec;
+}
+
+asio::awaitable<bool> SseWriter::event(const std::string& data) {
+    std::string payload = "data: " + data + "\n\n";
+    boost::system::error_code ec;
+    co_await asio::async_write(s_, http::make_chunk(asio::buffer(payload)), asio::redirect_error(asio::use_awaitable, ec));
+    co_return !ec;
+}
+
+asio::awaitable<bool> SseWriter::end() {
+    boost::system::error_code ec;
+    co_await asio::async_write(s_, http::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));
+    co_return !ec;
+}
+
+StreamDriver::StreamDriver(beast::tcp_stream& stream, EngineClient& engine, std::shared_ptr<EventQueue> queue,
+                           std::vector<std::unique_ptr<Choice>>& choices, const GenerationRequest& req,
+                           const ResponseMeta& meta, const model::Tokenizer& tok)
+    : stream_(stream), engine_(engine), queue_(std::move(queue)), choices_(choices), req_(req), meta_(meta), tok_(tok),
+      sse_(stream) {
+    asio::co_spawn(stream_.get_executor(), watch_disconnect(stream_.socket(), queue_, live_), asio::detached);
+}
+
+StreamDriver::~StreamDriver() { stop_watch(); }
+
+void StreamDriver::stop_watch() {
+    if (!*live_) return;
+    *live_ = false;
+    boost::system::error_code ignore;
+    stream_.socket().cancel(ignore);
+}
+
+void StreamDriver::cancel_open() {
+    for (auto& c : choices_)
+        if (!c->done()) engine_.cancel(c->engine_id);
+}
+
+asio::awaitable<bool> StreamDriver::begin(unsigned version) {
+    bool ok = co_await sse_.header(version);
+    if (ok && req_.endpoint == Endpoint::ChatCompletions)
+        for (auto& c : choices_) {
+            ChoiceOut out;
+            out.index = c->index();
+            out.first_chunk = true;
+            if (!(ok = co_await sse_.event(stream_chunk(req_, meta_, tok_, &out, nullptr)))) break;
+        }
+    if (!ok) {
+        cancel_open();
+        stop_watch();
+    }
+    co_return ok;
+}
+
+asio::awaitable<void> StreamDriver::run() {
+    size_t open = choices_.size();
+    while (open > 0) {
+        auto [ci, ev] = co_await queue_->next();
+        if (std::holds_alternative<Disconnected>(ev)) {
+            client_gone_ = true;
+            break;
+        }
+        Choice& c = *choices_[static_cast<size_t>(ci)];
+        if (c.done()) continue;
+        const bool ok = co_await on_event(c, ev);
+        if (c.done()) --open;
+        if (failure_) break;
+        if (!ok) {
+            client_gone_ = true;
+            break;
+        }
+    }
+    stop_watch();
+    if (client_gone_ || failure_) cancel_open();
+}
+
+// Returns false when a write to the client failed.
+asio::awaitable<bool> StreamDriver::on_event(Choice& c, const EngineEvent& ev) {
+    if (const auto* t = std::get_if<TokenEvent>(&ev)) {
+        if (c.stopped()) co_return true;  // sent before the engine saw our CANCEL
+        Released rel = c.on_token(t->token, t->lp ? &*t->lp : nullptr);
+        if (c.stopped()) engine_.cancel(c.engine_id);
+        const bool ok = co_await deliver(c, std::move(rel), std::nullopt);
+        if (c.take_output_end()) engine_.cancel(c.engine_id);  // parallel_tool_calls: false, first call done
+        co_return ok;
+    }
+    if (const auto* plp = std::get_if<protocol::PromptLogprobs>(&ev))
+        co_return co_await deliver(c, c.on_prompt_logprobs(*plp), std::nullopt);
+    if (const auto* d = std::get_if<protocol::Done>(&ev)) {
+        Released rel = c.on_done(*d);
+        co_return co_await deliver(c, std::move(rel), c.finish_reason());
+    }
+    if (const auto* err = std::get_if<protocol::Error>(&ev)) {
+        c.on_error();
+        failure_ = ApiError(503, "the engine failed this request: " + err->message, "", "engine_error", "server_error");
+    }
+    co_return true;
+}
+
+// Sends (stream) or keeps (whole response) what a choice released.
+asio::awaitable<bool> StreamDriver::deliver(Choice& c, Released rel, std::optional<std::string> finish) {
+    if (!req_.stream) {
+        c.keep(std::move(rel));
+        co_return true;
+    }
+    for (const ChoiceOut& out : c.chunks(std::move(rel), std::move(finish)))
+        if (!co_await sse_.event(stream_chunk(req_, meta_, tok_, &out, nullptr))) co_return false;
+    co_return true;
+}
+
+asio::awaitable<bool> StreamDriver::end(const Usage& usage) {
+    // An engine failure mid-stream: an error event (the OpenAI error object), then the
+    // usual end of the stream.
+    if (failure_) co_await sse_.event(error_body(*failure_));
+    else if (req_.include_usage) co_await sse_.event(stream_chunk(req_, meta_, tok_, nullptr, &usage));
+    co_return co_await sse_.event("[DONE]") && co_await sse_.end();
+}
+
+}  // namespace loom::gateway

@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""Tool calls, reasoning and "nothing silently ignored", end to end.
+
+Unknown parameters: loom-gateway on stories260K with the CPU engine answers OpenAI's
+400 for an unknown member and accepts `user`. Tool calls: a copy of stories260K with a
+chat template embedded (and the family's marker tokens added to its vocabulary) runs
+behind fake_engine.py, which replays the token ids of a recorded tool-call text; the
+gateway must return the parsed calls, streamed and not, with logprob lists whose bytes
+join to each part's text.
+"""
+import os
+import re
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_edit  # noqa: E402
+from loomtest import Gateway, GatewayTestCase, joined_bytes, main, shared  # noqa: E402
+
+MODEL = shared("models/stories260K.gguf")
+FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_engine.py")
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "get_time", "description": "Time in a zone",
+                                      "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}},
+]
+MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def error_message(body):
+    return body["error"]["message"]
+
+
+class UnknownParameters(GatewayTestCase):
+    gateway_model = MODEL
+
+    def chat(self, **extra):
+        body = {"model": "stories260K", "messages": MESSAGES, "max_tokens": 2}
+        body.update(extra)
+        return self.gw.post("/v1/chat/completions", body)
+
+    def test_unknown_member_gets_openais_400(self):
+        status, body = self.chat(foo=1)
+        self.assertEqual(status, 400)
+        self.assertEqual(error_message(body), "Unrecognized request argument supplied: foo")
+        self.assertEqual(body["error"]["type"], "invalid_request_error")
+        status, body = self.gw.post("/v1/completions", {"model": "stories260K", "prompt": "Once", "foo": 1, "bar": 2})
+        self.assertEqual(status, 400)
+        self.assertEqual(error_message(body), "Unrecognized request arguments supplied: foo, bar")
+
+    def test_noop_members_are_accepted(self):
+        status, body = self.chat(user="user-1234", metadata={"k": "v"}, service_tier="auto", store=False)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(self.chat(user=5)[0], 400)
+        status, body = self.chat(store=True)
+        self.assertEqual(status, 400)
+        self.assertIn("'store' is only supported at its default (false)", error_message(body))
+
+    def test_what_this_model_or_engine_cannot_honour(self):
+        # No chat template: no tool-call syntax, no template kwargs.
+        status, body = self.chat(tools=TOOLS)
+        self.assertEqual(status, 400)
+        self.assertIn("no tool-call syntax", error_message(body))
+        self.assertEqual(self.chat(tools=TOOLS, tool_choice="none")[0], 200)
+        status, body = self.chat(chat_template_kwargs={"enable_thinking": False})
+        self.assertEqual(status, 400)
+        self.assertIn("no chat template", error_message(body))
+        # Forced calls and JSON output need the engine's grammar capability.
+        for extra in ({"tools": TOOLS, "tool_choice": "required"},
+                      {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+                      {"response_format": {"type": "json_object"}}):
+            status, body = self.chat(**extra)
+            self.assertEqual(status, 400, extra)
+            self.assertIn("grammar", error_message(body))
+            self.assertEqual(body["error"]["code"], "unsupported_by_engine")
+
+
+class ReplayCase(unittest.TestCase):
+    """A gateway on a copy of stories260K with `template` (a shared template file) and
+    `tokens` added, behind fake_engine.py replaying the ids of the text set by replay()."""
+
+    template = None
+    tokens = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="loom-tools-")
+        cls.model_id = "copy-" + cls.__name__.lower()
+        path = os.path.join(cls.tmp, cls.model_id + ".gguf")
+        text = open(shared("models/templates/" + cls.template), encoding="utf-8").read()
+        # No SentencePiece space prefix, so that the recorded texts tokenize and decode
+        # back byte for byte.
+        n_vocab = gguf_edit.edit(MODEL, path, chat_template=text, add_tokens=cls.tokens,
+                                 set_kv={"tokenizer.ggml.add_space_prefix": (gguf_edit.BOOL, False)})
+        cls.script = os.path.join(cls.tmp, "script")
+        open(cls.script, "w").close()
+        cls.gw = Gateway(path, "--engine-arg=--script", "--engine-arg=" + cls.script, "--engine-arg=--n-vocab",
+                         "--engine-arg=%d" % n_vocab, engine=FAKE)
+        cls.gw.wait_ready()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def replay(self, text):
+        """The fake engine's next outputs are `text`, tokenized by the gateway."""
+        status, body = self.gw.post("/tokenize", {"prompt": text, "add_special_tokens": False})
+        self.assertEqual(status, 200, body)
+        ids = body["tokens"]
+        # The ids decode to the text (special tokens aside, which decode to nothing).
+        status, back = self.gw.post("/detokenize", {"tokens": ids})
+        plain = text
+        for t, _ in self.tokens:
+            plain = plain.replace(t, "") if _ == gguf_edit.CONTROL else plain
+        self.assertEqual(back["prompt"], plain)
+        open(self.script, "w").write(",".join(str(t) for t in ids))
+
+    def ask(self, stream=False, **extra):
+        body = {"model": self.model_id, "messages": MESSAGES, "tools": TOOLS, "logprobs": True, "top_logprobs": 1}
+        body.update(extra)
+        if stream:
+            status, chunks, done = self.gw.stream("/v1/chat/completions", dict(body, stream=True))
+            self.assertEqual(status, 200, chunks)
+            self.assertTrue(done)
+            return chunks
+        status, resp = self.gw.post("/v1/chat/completions", body)
+        self.assertEqual(status, 200, resp)
+        return resp["choices"][0]
+
+    def check_spelled(self, choice):
+        """Every logprob list of a whole response spells the text it covers."""
+        m, lp = choice["message"], choice["logprobs"]
+        self.assertEqual(joined_bytes(lp["content"]), (m["content"] or "").encode())
+        self.assertEqual(joined_bytes(lp.get("reasoning_content", [])), m.get("reasoning_content", "").encode())
+        calls = m.get("tool_calls", [])
+        self.assertEqual(len(lp.get("tool_calls", [])), len(calls))
+        for i, (call, lists) in enumerate(zip(calls, lp.get("tool_calls", []))):
+            self.assertEqual(lists["index"], i)
+            self.assertEqual(joined_bytes(lists["arguments"]), call["function"]["arguments"].encode())
+            self.assertEqual(joined_bytes(lists["name"]), call["function"]["name"].encode())
+
+    def fold_stream(self, chunks):
+        """A stream folded into a whole choice; checks each chunk's lists spell its
+        delta and each call's first delta is its header."""
+        content, reasoning, calls, finish = "", "", [], None
+        lp = {"content": [], "reasoning_content": [], "tool_calls": []}
+        for c in chunks:
+            for ch in c["choices"]:
+                d, l = ch["delta"], ch.get("logprobs") or {}
+                self.assertEqual(joined_bytes(l.get("content", [])), (d.get("content") or "").encode())
+                self.assertEqual(joined_bytes(l.get("reasoning_content", [])), d.get("reasoning_content", "").encode())
+                content += d.get("content") or ""
+                reasoning += d.get("reasoning_content", "")
+                lp["content"] += l.get("content", [])
+                lp["reasoning_content"] += l.get("reasoning_content", [])
+                for t, tl in zip(d.get("tool_calls", []), l.get("tool_calls", [])):
+                    self.assertEqual(t["index"], tl["index"])
+                    self.assertEqual(joined_bytes(tl["arguments"]), t["function"]["arguments"].encode())
+                    if t["index"] == len(calls):  # the first delta of a call
+                        self.assertEqual(t["type"], "function")
+                        self.assertEqual(t["function"]["arguments"], "")
+                        calls.append({"id": t["id"], "type": "function",
+                                      "function": {"name": t["function"]["name"], "arguments": ""}})
+                        lp["tool_calls"].append({"index": t["index"], "name": [], "arguments": []})
+                    else:
+                        self.assertNotIn("id", t)
+                    calls[t["index"]]["function"]["arguments"] += t["function"]["arguments"]
+                    lp["tool_calls"][t["index"]]["name"] += tl["name"]
+                    lp["tool_calls"][t["index"]]["arguments"] += tl["arguments"]
+                finish = ch["finish_reason"] or finish
+        message = {"role": "assistant", "content": content or (None if calls else "")}
+        if reasoning:
+            message["reasoning_content"] = reasoning
+        if calls:
+            message["tool_calls"] = calls
+        if not lp["reasoning_content"]:
+            del lp["reasoning_content"]
+        if not lp["tool_calls"]:
+            del lp["tool_calls"]
+        return {"message": message, "logprobs": lp, "finish_reason": finish}
+
+    def same_ignoring_ids(self, whole, streamed):
+        strip = lambda m: [dict(c, id=None) for c in m.get("tool_calls", [])]
+        self.assertEqual(strip(whole["message"]), strip(streamed["message"]))
+        for key in ("content", "reasoning_content"):
+            self.assertEqual(whole["message"].get(key), streamed["message"].get(key))
+        self.assertEqual(whole["finish_reason"], streamed["finish_reason"])
+        lp = dict(whole["logprobs"])
+        lp.pop("refusal", None)
+        self.assertEqual(lp, streamed["logprobs"])
+
+    def both(self, **extra):
+        """The whole response and the folded stream, checked and compared."""
+        whole = self.ask(**extra)
+        self.check_spelled(whole)
+        streamed = self.fold_stream(self.ask(stream=True, **extra))
+        self.same_ignoring_ids(whole, streamed)
+        return whole
+
+
+class HermesCalls(ReplayCase):
+    """Qwen2.5's template; <tool_call> and </tool_call> are user-defined tokens (as in
+    Qwen's vocabulary), so they are text."""
+
+    template = "Qwen-Qwen2.5-7B-Instruct.jinja"
+    tokens = [("<tool_call>", gguf_edit.USER_DEFINED), ("</tool_call>", gguf_edit.USER_DEFINED),
+              ("<|im_start|>", gguf_edit.CONTROL), ("<|im_end|>", gguf_edit.CONTROL)]
+    TEXT = ("I'll check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+            "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}\n</tool_call>")
+
+    def test_parsed_calls_streamed_and_not(self):
+        self.replay(self.TEXT)
+        c = self.both()
+        m = c["message"]
+        self.assertEqual(c["finish_reason"], "tool_calls")
+        self.assertEqual(m["content"], "I'll check.")
+        self.assertEqual([(t["function"]["name"], t["function"]["arguments"]) for t in m["tool_calls"]],
+                         [("get_weather", "{\"city\": \"Paris\"}"), ("get_time", "{\"tz\": \"CET\"}")])
+        ids = [t["id"] for t in m["tool_calls"]]
+        for i in ids:
+            self.assertRegex(i, r"^call_[A-Za-z0-9]{24}$")
+        self.assertEqual(len(set(ids)), 2)
+        # The marker tokens are in no list; every other token is in one.
+        lp = c["logprobs"]
+        listed = lp["content"] + [e for t in lp["tool_calls"] for e in t["name"] + t["arguments"]]
+        self.assertNotIn("<tool_call>", [e["token"] for e in listed])
+
+    def test_one_call_when_parallel_calls_are_off(self):
+        self.replay(self.TEXT)
+        c = self.both(parallel_tool_calls=False)
+        self.assertEqual(len(c["message"]["tool_calls"]), 1)
+        self.assertEqual(c["finish_reason"], "tool_calls")
+
+    def test_no_tools_or_tool_choice_none_is_plain_content(self):
+        self.replay(self.TEXT)
+        for extra in ({"tools": None}, {"tool_choice": "none"}):
+            c = self.both(**extra)
+            self.assertEqual(c["message"]["content"], self.TEXT)
+            self.assertNotIn("tool_calls", c["message"])
+            self.assertEqual(c["finish_reason"], "stop")
+
+    def test_malformed_call_stays_content(self):
+        text = "Sure <tool_call>{\"name\": 3}</tool_call>"
+        self.replay(text)
+        c = self.both()
+        self.assertEqual(c["message"]["content"], text)
+        self.assertNotIn("tool_calls", c["message"])
+
+    def test_cut_by_max_tokens(self):
+        self.replay(self.TEXT)
+        status, body = self.gw.post("/tokenize", {"prompt": self.TEXT, "add_special_tokens": False})
+        c = self.both(max_tokens=body["count"] - 12)
+        self.assertEqual(c["finish_reason"], "length")
+        self.assertEqual(len(c["message"]["tool_calls"]), 2)
+        self.assertTrue("{\"tz\": \"CET\"}".startswith(c["message"]["tool_calls"][1]["function"]["arguments"]))
+
+
+class HarmonyChannels(ReplayCase):
+    """gpt-oss's template; the harmony markers are control tokens (no text in chat)."""
+
+    template = "openai-gpt-oss-120b.jinja"
+    tokens = [(t, gguf_edit.CONTROL) for t in ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>",
+                                                "<|return|>", "<|constrain|>")]
+
+    def test_reasoning_and_a_call(self):
+        self.replay("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+                    "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}")
+        c = self.both(reasoning_effort="low")
+        m = c["message"]
+        self.assertEqual(m["reasoning_content"], "Need the weather.")
+        self.assertIsNone(m["content"])
+        self.assertEqual([(t["function"]["name"], t["function"]["arguments"]) for t in m["tool_calls"]],
+                         [("get_weather", "{\"city\":\"Paris\"}")])
+        self.assertEqual(c["finish_reason"], "tool_calls")
+        for e in c["logprobs"]["reasoning_content"]:
+            self.assertIsNotNone(e["bytes"])  # the control tokens went to no part
+
+    def test_final_channel_is_content(self):
+        self.replay("<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hi there.")
+        c = self.both()
+        self.assertEqual(c["message"]["reasoning_content"], "Easy.")
+        self.assertEqual(c["message"]["content"], "Hi there.")
+        self.assertNotIn("tool_calls", c["message"])
+        self.assertEqual(c["finish_reason"], "stop")
+
+    def test_template_kwargs_it_does_not_read(self):
+        status, body = self.gw.post("/v1/chat/completions", {"model": self.model_id, "messages": MESSAGES,
+                                                             "chat_template_kwargs": {"enable_thinking": True}})
+        self.assertEqual(status, 400)
+        self.assertIn("does not read 'enable_thinking'", error_message(body))
+
+
+class MistralSplitMarkers(ReplayCase):
+    """Mistral Small 3.2's template with no tokens added: [TOOL_CALLS] and [ARGS] are
+    spelled by several ordinary tokens, so tokens straddle the part boundaries."""
+
+    template = "Mistral-Small-3.2-24B-Instruct-2506.jinja"
+
+    def test_markers_across_tokens(self):
+        self.replay("Checking.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{\"tz\": \"CET\"}")
+        c = self.both()
+        m = c["message"]
+        self.assertEqual(m["content"], "Checking.")
+        self.assertEqual([(t["function"]["name"], t["function"]["arguments"]) for t in m["tool_calls"]],
+                         [("get_weather", "{\"city\": \"Paris\"}"), ("get_time", "{\"tz\": \"CET\"}")])
+        for t in m["tool_calls"]:
+            self.assertRegex(t["id"], r"^[A-Za-z0-9]{9}$")
+
+
+if __name__ == "__main__":
+    main()
