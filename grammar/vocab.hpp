@@ -1,9 +1,10 @@
 // A model's vocabulary as the bytes each token contributes to the text, in a byte trie.
 //
 // The adapter between a tokenizer and the grammar engine: the caller passes, per token id,
-// the exact bytes the token decodes to (loom's model::Tokenizer::token_bytes: SentencePiece
-// U+2581 already a space, <0xNN> already byte NN, GPT-2 byte symbols already bytes; empty for
-// control tokens), and the ids that end generation. Tokens with no bytes are never allowed
+// the exact bytes the token decodes to (SentencePiece U+2581 already a space, <0xNN> already
+// byte NN, GPT-2 byte symbols already bytes; empty for control tokens), and the ids that end
+// generation. The gateway has them from model::Tokenizer::token_bytes; an engine, which links
+// no tokenizer, from the GGUF token texts with token_bytes_from_pieces (token_pieces.hpp). Tokens with no bytes are never allowed
 // by a grammar, except the end ids when the grammar can end.
 #pragma once
 
