@@ -19,10 +19,10 @@ namespace loom::gateway {
 /// An error returned to the client as HTTP `status` with OpenAI's error JSON
 /// {"error": {"message", "type", "param", "code"}}. param/code may be empty (null).
 struct ApiError : std::runtime_error {
-    ApiError(int status, std::string message, std::string param = {}, std::string code = {},
-             std::string type = "invalid_request_error")
-        : std::runtime_error(message), status(status), message(std::move(message)), type(std::move(type)),
-          param(std::move(param)), code(std::move(code)) {}
+    ApiError(int http_status, std::string msg, std::string error_param = {}, std::string error_code = {},
+             std::string error_type = "invalid_request_error")
+        : std::runtime_error(msg), status(http_status), message(std::move(msg)), type(std::move(error_type)),
+          param(std::move(error_param)), code(std::move(error_code)) {}
     int status;
     std::string message, type, param, code;
 };

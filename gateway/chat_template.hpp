@@ -22,7 +22,7 @@ Value chat_template_context(const rapidjson::Value& messages, const rapidjson::V
 
 /// Parses and renders chat template `tmpl` with chat_template_context(...); the parsed
 /// form of the last 16 distinct template texts is cached (thread-safe). The
-/// environment is the reference's (see /work/shared/models/templates/README.md):
+/// environment is the reference's (see shared/models/templates/README.md):
 /// trim_blocks, lstrip_blocks, loopcontrols, tojson without ASCII escaping,
 /// raise_exception(msg) and strftime_now(fmt) (LOOM_FAKE_TIME=<unix seconds> pins the
 /// clock, a test hook). Returns the prompt text.

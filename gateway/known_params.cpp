@@ -88,7 +88,6 @@ const std::vector<KnownParam>& known_params() {
         {"guided_grammar", C | H, Hon, ""},
         {"structured_outputs", C | H, Hon, ""},
         // vLLM's extensions, changing nothing for loom.
-        {"cache_salt", C | H, NoOp, "string"},  // loom shares no prefix cache between requests
         // vLLM's extensions, only at their defaults.
         {"skip_special_tokens", C | H, Def, "true"},
         {"spaces_between_special_tokens", C | H, Def, "true"},
@@ -105,6 +104,7 @@ const std::vector<KnownParam>& known_params() {
         {"use_beam_search", C | H, Def, "false"},
         {"length_penalty", C | H, Def, "1"},
         // vLLM's extensions, not honoured.
+        {"cache_salt", C | H, Ref, "the engine's prefix cache is shared by every request and takes no salt"},
         {"truncate_prompt_tokens", C | H, Ref, "loom never truncates a prompt"},
         {"request_id", C | H, Ref, "loom makes its own request ids"},
         {"chat_template", H, Ref, "a chat template per request is not supported"},

@@ -11,6 +11,7 @@
 #include "gateway/response_json.hpp"
 #include "gateway/serving_chat.hpp"
 #include "gateway/text_assembler.hpp"
+#include "gateway/tool_request.hpp"
 
 namespace loom::gateway {
 namespace {
@@ -86,7 +87,7 @@ std::string tokenize_body(const App& app, const std::string& body, bool detokeni
             text.assign(d["prompt"].GetString(), d["prompt"].GetStringLength());
         } else if (d.HasMember("messages")) {
             validate_messages(d["messages"]);
-            text = app.chat->render(d["messages"], nullptr, true, nullptr);
+            text = app.chat->render(messages_for_template(d["messages"]), nullptr, true, nullptr);
             add_special = add_special && !app.chat->has_template();
         } else {
             throw ApiError(400, "give 'prompt' (a string) or 'messages'", "prompt");

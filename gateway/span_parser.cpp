@@ -38,6 +38,14 @@ int SpanParser::start_call(std::string name) {
     return index;
 }
 
+int SpanParser::start_named_call(size_t name_at, size_t name_end, size_t body_at) {
+    const int call = start_call(buf_.substr(name_at, name_end - name_at));
+    emit(Part::Marker, name_at);
+    emit(Part::Name, name_end - name_at, call);
+    emit(Part::Marker, body_at - name_end);
+    return call;
+}
+
 SpanParser::Match SpanParser::match(std::string_view lit, size_t at) const {
     if (at > buf_.size()) return Match::No;
     const std::string_view rest = std::string_view(buf_).substr(at);

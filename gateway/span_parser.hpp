@@ -67,6 +67,10 @@ protected:
     void emit(Part part, size_t n, int call = -1);
     /// Adds a CallStart span for a new call named `name`; returns its index.
     int start_call(std::string name);
+    /// Starts a call whose name is written at buf_[name_at..name_end), inside marker text:
+    /// decides buf_[0..name_at) as Marker, the name as Name and buf_[name_end..body_at) as
+    /// Marker, so that buf_ then starts at the call's body. Returns the call's index.
+    int start_named_call(size_t name_at, size_t name_end, size_t body_at);
 
     /// How the front of buf_ (from `at`) compares with `lit`.
     enum class Match { No, Partial, Full };

@@ -107,31 +107,45 @@ std::string Constraint::to_text() const {
     return "";
 }
 
-Constraint Constraint::from_text(std::string_view t) {
+Constraint Constraint::from_source(std::string_view kind, std::string_view source) {
     Constraint c;
-    auto body = [&](std::string_view prefix) { return percent_decode(t.substr(prefix.size())); };
-    if (t == "json_object") {
+    if (kind == "json_object") {
+        if (!source.empty()) throw GrammarError("constraint: json_object takes no source");
         c.kind = Kind::JsonObject;
-    } else if (t.starts_with("json_schema:")) {
+    } else if (kind == "json_schema") {
         c.kind = Kind::JsonSchema;
-        c.text = body("json_schema:");
-    } else if (t.starts_with("regex:")) {
+        c.text = std::string(source);
+    } else if (kind == "regex") {
         c.kind = Kind::Regex;
-        c.text = body("regex:");
-    } else if (t.starts_with("choice:")) {
+        c.text = std::string(source);
+    } else if (kind == "choice") {
         c.kind = Kind::Choice;
-        const std::string arr = body("choice:");
         rapidjson::Document d;
-        d.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(arr.data(), arr.size());
+        d.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(source.data(), source.size());
         if (d.HasParseError() || !d.IsArray()) throw GrammarError("constraint: choice: wants a JSON array of strings");
         for (const auto& x : d.GetArray()) {
             if (!x.IsString()) throw GrammarError("constraint: choice: wants a JSON array of strings");
             c.choices.emplace_back(x.GetString(), x.GetStringLength());
         }
     } else {
-        throw GrammarError("constraint: unknown kind (want json_object, json_schema:, regex: or choice:)");
+        throw GrammarError("constraint: unknown kind '" + std::string(kind) +
+                           "' (want json_object, json_schema, regex or choice)");
     }
     return c;
+}
+
+Constraint Constraint::from_text(std::string_view t) {
+    if (t == "json_object") return from_source(t, "");
+    const size_t colon = t.find(':');
+    if (colon == std::string_view::npos || t.substr(0, colon) == "json_object")
+        throw GrammarError("constraint: unknown kind (want json_object, json_schema:, regex: or choice:)");
+    try {
+        return from_source(t.substr(0, colon), percent_decode(t.substr(colon + 1)));
+    } catch (const GrammarError& e) {
+        if (std::string_view(e.what()).starts_with("constraint: unknown kind"))
+            throw GrammarError("constraint: unknown kind (want json_object, json_schema:, regex: or choice:)");
+        throw;
+    }
 }
 
 }  // namespace loom::grammar

@@ -44,6 +44,11 @@ struct Constraint {
     std::string to_text() const;
     /// Reads to_text()'s form. Throws GrammarError for an unknown kind or bad escapes.
     static Constraint from_text(std::string_view text);
+    /// The constraint of a protocol `grammar=<kind>:<source>` (docs/protocol.md, "Grammars"):
+    /// kind json_object (source empty), json_schema (the schema JSON), regex (the pattern) or
+    /// choice (a JSON array of strings). Throws GrammarError for another kind, a json_object
+    /// with a source, or a choice source that is not an array of strings.
+    static Constraint from_source(std::string_view kind, std::string_view source);
 };
 
 /// Compiles any constraint.

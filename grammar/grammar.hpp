@@ -55,8 +55,8 @@ struct RuleDfa {
 
 /// Limits that keep a hostile constraint from exhausting memory or time.
 struct GrammarLimits {
-    size_t max_nfa_states = 4'000'000;
-    size_t max_dfa_states = 400'000;
+    size_t max_nfa_states = 1'000'000;
+    size_t max_dfa_states = 200'000;
 };
 
 /// An immutable compiled grammar, cheap to copy (shared). Rule 0 is the start rule.

@@ -277,20 +277,20 @@ void Interp::run_loop(const Node& n, const FrameP& f, std::vector<Value> items, 
             CallGuard g(in);
             FrameP frame = wf.lock();
             if (!frame) frame = in.root();
-            std::vector<Value> items = in.iterate(args.pos[0]);
+            std::vector<Value> sub_items = in.iterate(args.pos[0]);
             if (np->cond) {
                 std::vector<Value> kept;
-                for (Value& item : items) {
+                for (Value& item : sub_items) {
                     FrameP tf = child(frame, np->missing[2]);
                     in.assign(np->target, item, tf);
                     if (in.eval(*np->cond, tf).truthy()) kept.push_back(std::move(item));
                 }
-                items = std::move(kept);
+                sub_items = std::move(kept);
             }
             std::string buf;
             {
                 OutSwap swap(in.out_, &buf);
-                if (!items.empty()) in.run_loop(*np, frame, std::move(items), depth0 + 1);
+                if (!sub_items.empty()) in.run_loop(*np, frame, std::move(sub_items), depth0 + 1);
             }
             return Value(std::move(buf));
         };

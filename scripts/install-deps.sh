@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build ccache pkg-config
   libboost-dev libboost-program-options-dev   # Beast/Asio/Process, CLI parsing
-  rapidjson-dev libfmt-dev libpcre2-dev        # JSON, formatting, Unicode regexes
+  rapidjson-dev libpcre2-dev                   # JSON, Unicode regexes
   libicu-dev                                   # Unicode decomposition (WordPiece accents)
   catch2                                       # unit tests (v2)
   python3 python3-jinja2                       # e2e tests; reference template renderer

@@ -18,7 +18,7 @@ else
   echo "test: no nvcc found: loom-engine-cuda is not compiled"
 fi
 echo "== build (Release) =="
-scripts/build.sh build -DLOOM_SHARED_DIR="$shared" "${cuda[@]}"
+scripts/build.sh build -DLOOM_WERROR=ON -DLOOM_SHARED_DIR="$shared" "${cuda[@]}"
 echo "== tests (Release) =="
 ctest --test-dir build --output-on-failure -j "$jobs"
 
@@ -28,7 +28,7 @@ echo "== tests (ASan + UBSan) =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
 echo "== build loom-engine-hip (hipcc, ${LOOM_HIP_ARCH:-gfx90a}; compile only: no AMD GPU here) =="
-cmake -S . -B build-hip -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_HIP=ON -DLOOM_BUILD_TESTS=OFF \
+cmake -S . -B build-hip -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_HIP=ON -DLOOM_BUILD_TESTS=OFF -DLOOM_WERROR=ON \
   -DLOOM_HIP_ARCH="${LOOM_HIP_ARCH:-gfx90a}" >/dev/null
 ninja -C build-hip -j "$jobs" loom-engine-hip
 

@@ -6,6 +6,9 @@ logprobs (PLP) of prompt + reference continuation, against shared/reference/*.js
 the CPU engine; (2) a greedy run with logprobs=20 on both engines: same tokens, logprob gaps;
 (3) a seeded sampling run with filters on both engines. Exit status 1 when a check fails.
 
+The tolerances below hold for the F32 KV pool (--engine-arg=--kv-f32); with the engine's default
+F16 pool (K and V rounded to F16) every tolerance is at least F16_KV_TOL.
+
 Usage: check_gpu.py --engine BIN --cpu-engine BIN --models DIR --refs DIR [--only NAME ...]
        check_gpu.py --engine BIN --cpu-engine BIN --model8b FILE --steps 64   (random 8B models)
 """
@@ -30,6 +33,9 @@ MODELS = [
     ("wide/stories260K-wide-q4_k_m.gguf", "stories260K-wide-q4_k_m.json", 3e-2, 1e-2),
 ]
 REFUSED = [("TinyStories-656K-Q3_K_M.gguf", "iq4_nl")]
+# Tolerance floor with the F16 KV pool: the emulator's F16 pool on stories260K differs from the
+# CPU engine's F32 cache by up to 3.3e-2 over the top 5 of the reference cases.
+F16_KV_TOL = 5e-2
 
 
 class Engine:
@@ -225,9 +231,12 @@ def main():
         sys.exit(0 if check_8b(args) else 1)
     ok = True
     results = []
+    f16_kv = "--kv-f32" not in args.engine_arg
     for rel, ref, tr, tc in MODELS:
         if args.only and not any(o in rel for o in args.only):
             continue
+        if f16_kv:
+            tr, tc = max(tr, F16_KV_TOL), max(tc, F16_KV_TOL)
         try:
             ok = check_model(args, rel, ref, tr, tc, results) and ok
         except Exception as e:  # report and go on

@@ -12,19 +12,35 @@
 # default); BENCH_SKIP_GATEWAY=1 leaves out the gateway figures. sass writes the single-row
 # matvec kernels' machine code and opcode counts; ncu profiles a few decode matvecs (Nsight
 # Compute, clocks left alone; NCU_MODELS, NCU_KERNELS choose).
-# Expects prebuilt binaries in $BIN (default .devbin: loom-engine-cuda, loom-engine-cpu,
-# loom-gpu-bench, loom-gpu-sampler-test, loom-make-model, loom-gateway; shared libraries in
-# $BIN/lib, or ICU's as $BIN/icu.tar.xz) and the small models and references in $DATA (default .devdata: models/, reference/).
+# The binaries (loom-engine-cuda, loom-engine-cpu, loom-gpu-bench, loom-gpu-sampler-test,
+# loom-make-model, loom-gateway) come from one of:
+#   BIN=DIR        prebuilt, in DIR. Shared libraries they need that this machine lacks (e.g.
+#                  the ICU of the build machine, for loom-gateway) may be carried in DIR/lib,
+#                  which goes on LD_LIBRARY_PATH; a DIR/lib/*.tar.xz is unpacked there first.
+#   BUILD_DIR=DIR  built here: scripts/build.sh DIR -DLOOM_CUDA=ON (needs nvcc and the packages
+#                  of scripts/install-deps.sh); BIN is then DIR/bin.
+# The small models and references are read from $DATA (models/, reference/; default the shared
+# folder: $LOOM_SHARED_DIR, else ../shared beside the repository).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BIN=${BIN:-.devbin}
-DATA=${DATA:-.devdata}
+if [ -n "${BUILD_DIR:-}" ]; then
+  scripts/build.sh "$BUILD_DIR" -DLOOM_CUDA=ON || { echo "gpu_check: the build in $BUILD_DIR failed" >&2; exit 1; }
+  BIN="$BUILD_DIR/bin"
+fi
+if [ -z "${BIN:-}" ]; then
+  echo "gpu_check: set BIN=DIR (prebuilt binaries) or BUILD_DIR=DIR (build here); see the header" >&2
+  exit 2
+fi
+[ -d "$BIN" ] || { echo "gpu_check: no folder $BIN" >&2; exit 2; }
+BIN=$(cd "$BIN" && pwd)
+DATA=${DATA:-${LOOM_SHARED_DIR:-$(cd .. && pwd)/shared}}
 OUT=${OUT:-$PWD/gpu-out}
 SHM=${SHM:-/dev/shm/loom}
 mkdir -p "$OUT" "$SHM"
-export LD_LIBRARY_PATH="$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}"
-# ICU for loom-gateway, carried compressed (the device machine has another ICU version)
-[ -f "$BIN/icu.tar.xz" ] && [ ! -e "$BIN/lib/libicudata.so.72" ] && tar xJf "$BIN/icu.tar.xz" -C "$BIN/lib"
+if [ -d "$BIN/lib" ]; then
+  for a in "$BIN"/lib/*.tar.xz; do [ -f "$a" ] && tar xJf "$a" -C "$BIN/lib"; done
+  export LD_LIBRARY_PATH="$BIN/lib:${LD_LIBRARY_PATH:-}"
+fi
 export PYTHONUNBUFFERED=1
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler small small16 gen check8b bench sass ncu)

@@ -425,7 +425,8 @@ int main(int argc, char** argv) {
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("%s: %s %s, %d layers, dim %d, %zu tensors, %.3f GB in %.2f s (%.2f GB/s, %d threads)\n",
-                o.out.c_str(), o.arch.c_str(), o.type.c_str(), o.layers, o.dim, plan.size(), w.file_size() / 1e9,
-                secs, w.file_size() / 1e9 / secs, o.threads);
+                o.out.c_str(), o.arch.c_str(), o.type.c_str(), o.layers, o.dim, plan.size(),
+                static_cast<double>(w.file_size()) / 1e9, secs, static_cast<double>(w.file_size()) / 1e9 / secs,
+                o.threads);
     return 0;
 }

@@ -29,11 +29,7 @@ private:
     }
     // Commits the call named buf_[nb..ne) whose arguments begin at buf_[args].
     bool commit(size_t nb, size_t ne, size_t args) {
-        const int call = start_call(buf_.substr(nb, ne - nb));
-        emit(Part::Marker, nb);
-        emit(Part::Name, ne - nb, call);
-        emit(Part::Marker, args - ne);
-        begin_args(call);
+        begin_args(start_named_call(nb, ne, args));
         st_ = St::Args;
         return true;
     }

@@ -72,11 +72,7 @@ private:
             const std::string_view fn = "functions.";
             if (opts_.calls && to.starts_with(fn) && plausible_name(to.substr(fn.size()))) {
                 const size_t nb = rat + fn.size(), ne = rat + to.size();
-                const int call = start_call(std::string(to.substr(fn.size())));
-                emit(Part::Marker, nb);
-                emit(Part::Name, ne - nb, call);
-                emit(Part::Marker, m + kMessage.size() - ne);
-                body(Part::Arguments, call);
+                body(Part::Arguments, start_named_call(nb, ne, m + kMessage.size()));
             } else {
                 emit(Part::Marker, m + kMessage.size());
                 body(channel == "analysis" ? Part::Reasoning : Part::Content, -1);

@@ -74,11 +74,7 @@ private:
             const size_t brace = args + kArgs.size() + w;
             if (brace == buf_.size()) return final_ ? fail() : false;
             if (buf_[brace] != '{') return fail();
-            const int call = start_call(buf_.substr(name_at_, bracket - name_at_));
-            emit(Part::Marker, name_at_);
-            emit(Part::Name, bracket - name_at_, call);
-            emit(Part::Marker, brace - bracket);
-            begin_args(call);
+            begin_args(start_named_call(name_at_, bracket, brace));
             m_ = M::Args;
             return true;
         }

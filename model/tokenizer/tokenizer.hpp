@@ -46,8 +46,8 @@ public:
 
 protected:
     explicit Tokenizer(Vocab v);
-    /// Encodes a run of text that contains no special token. `first` is true when
-    /// nothing (or only a special token) precedes it in the input.
+    /// Encodes a run of text that contains no special token. `after_special` is true
+    /// when nothing (or only a special token) precedes it in the input.
     virtual void encode_fragment(std::string_view text, bool after_special,
                                  std::vector<int32_t>& out) const = 0;
     /// Bytes of a normal token's stored text (algorithm specific).

@@ -179,7 +179,7 @@ TEST_CASE("stop strings") {
         TextAssembler ta(*tok, {"\xF0\x9F\x98\x80"});
         Sink s;
         s.add(ta.push(kHello, nullptr));
-        for (unsigned char b : {0xF0, 0x9F, 0x98}) s.add(ta.push(byte_token(b), nullptr));
+        for (int b : {0xF0, 0x9F, 0x98}) s.add(ta.push(byte_token(static_cast<unsigned char>(b)), nullptr));
         CHECK(s.text == " Hello");
         s.add(ta.push(byte_token(0x80), nullptr));
         CHECK(ta.stopped());

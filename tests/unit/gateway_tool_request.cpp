@@ -86,6 +86,8 @@ TEST_CASE("unknown members get OpenAI's 400; no-op members are accepted by name"
     CHECK(known_error(R"({"skip_special_tokens": true, "length_penalty": 1.0, "stop_token_ids": []})", ParamSet::Chat).empty());
     CHECK(known_error(R"({"functions": []})", ParamSet::Chat) == "'functions' is not supported: it is deprecated; use 'tools'");
     CHECK(known_error(R"({"suffix": "x"})", ParamSet::Completions).starts_with("'suffix' is not supported"));
+    // The engine's prefix cache is shared: a salt that asks for isolation cannot be honoured.
+    CHECK(known_error(R"({"cache_salt": "tenant-a"})", ParamSet::Chat).starts_with("'cache_salt' is not supported"));
     CHECK(known_error(R"({"messages": []})", ParamSet::Completions) == "Unrecognized request argument supplied: messages");
     CHECK(known_error(R"({"prompt": "x"})", ParamSet::Chat) == "Unrecognized request argument supplied: prompt");
     CHECK(known_error(R"({"input": "x", "instructions": "y", "max_output_tokens": 5, "include": []})", ParamSet::Responses).empty());

@@ -122,6 +122,7 @@ TEST_CASE("regex constructs outside the supported syntax are refused by name", "
     refused("*a", "nothing to repeat");
     refused("[z-a]", "out of order");
     refused("\\q", "unknown escape");
+    refused("(a{1000}b){1000}", "automaton states");  // a million copies: past GrammarLimits
 }
 
 TEST_CASE("search mode (JSON Schema pattern) allows text around an unanchored match", "[grammar]") {

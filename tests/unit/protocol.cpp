@@ -163,7 +163,7 @@ TEST_CASE("writing refuses what cannot be read back") {
 TEST_CASE("every float32 survives format_float and parse") {
     std::mt19937 rng(1234);
     for (int i = 0; i < 200000; ++i) {
-        uint32_t bits = rng();
+        uint32_t bits = static_cast<uint32_t>(rng());
         float f;
         std::memcpy(&f, &bits, 4);
         if (std::isnan(f) || (std::isinf(f) && f > 0)) continue;

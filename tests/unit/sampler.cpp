@@ -189,7 +189,7 @@ TEST_CASE("PenaltyState kept incrementally samples exactly as the TokenHistory i
         PenaltyState st;
         st.reset(50, p.repetition_penalty != 1.0f, h.prompt, {});
         for (int i = 0; i < 30; ++i) {
-            const double u = (rng() % 1000) / 1000.0;
+            const double u = static_cast<double>(rng() % 1000) / 1000.0;
             SamplerScratch a, b;
             const auto want = sample_logits(logits, p, h, u, a);
             const auto got = sample_logits(logits, p, st, u, b);

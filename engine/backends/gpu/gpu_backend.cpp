@@ -336,7 +336,7 @@ void GpuBackend::upload() {
     upload(rows_);
     upload(tables_);
     upload(tiles_);
-    upload(gather_);
+    if (!pure_decode_) upload(gather_);  // a pure-decode step's sampled rows are its flat rows
     upload(sample_rows_);
     upload(score_rows_);
 }
@@ -353,7 +353,7 @@ void GpuBackend::step(const engine::StepPlan& plan, engine::StepOutput& out) {
     const int T = static_cast<int>(rows_.n);
     const int ns = static_cast<int>(sample_rows_.n), nsc = static_cast<int>(score_rows_.n);
     tick("upload");
-    if (pure_decode_ && T <= 8 && opts_.graphs && LOOM_GPU_HAS_GRAPHS && !profiling_) {
+    if (pure_decode_ && T <= 8 && mv(T) && opts_.graphs && LOOM_GPU_HAS_GRAPHS && !profiling_) {
         decode_graph(T);
     } else {
         forward(T);

@@ -24,8 +24,9 @@ const char* kUsage =
     "  -m, --model FILE       GGUF model file (required); weight types f32, f16, bf16, q8_0, q4_K, q6_K\n"
     "  -c, --ctx N            context length in tokens (0: the model's training context)\n"
     "  -p, --parallel N       sequences running at once (default 8); more wait in line\n"
-    "  --max-step-tokens N    tokens one step evaluates, decodes and prefill chunks together (default 2048)\n"
-    "  --prefill-chunk N      the same as --max-step-tokens (its former name)\n"
+    "  --max-batch-tokens N   tokens one step evaluates, decodes and prefill chunks together; longer\n"
+    "                         prompts are prefilled in chunks (default 2048)\n"
+    "  --prefill-chunk N      the same as --max-batch-tokens (its former name)\n"
     "  --kv-tokens N          KV cache pool size in positions (default: --kv-fraction of the free memory)\n"
     "  --kv-fraction F        share of the device memory free after weights and buffers that the KV pool\n"
     "                         takes when --kv-tokens is not given (default 0.9)\n"
@@ -34,6 +35,7 @@ const char* kUsage =
     "  --batch-invariant      a request's tokens and logprobs bitwise identical whatever shares its\n"
     "                         batch, however its prompt is chunked and whether its prefix was cached\n"
     "                         (slower: one kernel and reduction order for every batch size)\n"
+    "  --stats                write the scheduler's counters to stderr at exit\n"
     "  -t, --threads N        accepted for compatibility with loom-engine-cpu; ignored\n"
     "Tuning (for benchmarks):\n"
     "  --no-graphs            launch decode kernels one by one instead of replaying a graph\n"
@@ -75,6 +77,7 @@ bool parse_fraction(const std::string& s, double& out) {
 
 int main(int argc, char** argv) {
     std::string model;
+    bool stats = false;
     loom::gpu::GpuOptions opts;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i], v;
@@ -102,7 +105,7 @@ int main(int argc, char** argv) {
             opts.n_ctx = static_cast<int32_t>(number(kMaxInt));
         } else if (a == "-p" || a == "--parallel") {
             opts.max_slots = static_cast<int>(number(1 << 16));
-        } else if (a == "--max-step-tokens" || a == "--prefill-chunk") {
+        } else if (a == "--max-batch-tokens" || a == "--prefill-chunk") {
             opts.max_step_tokens = static_cast<int>(number(kMaxInt));
         } else if (a == "--kv-tokens") {
             opts.kv_tokens = number(int64_t{1} << 40);
@@ -115,6 +118,8 @@ int main(int argc, char** argv) {
             opts.kv_f32 = false;
         } else if (a == "--batch-invariant") {
             opts.batch_invariant = true;
+        } else if (a == "--stats") {
+            stats = true;
         } else if (a == "-t" || a == "--threads") {
             (void)number(kMaxInt);
         } else if (a == "--no-graphs") {
@@ -130,7 +135,7 @@ int main(int argc, char** argv) {
         }
     }
     if (model.empty()) usage_error("--model is required");
-    if (opts.max_slots < 1 || opts.max_step_tokens < 1) usage_error("--parallel and --max-step-tokens must be >= 1");
+    if (opts.max_slots < 1 || opts.max_step_tokens < 1) usage_error("--parallel and --max-batch-tokens must be >= 1");
     opts.engine_name = LOOM_ENGINE_NAME;
     std::unique_ptr<loom::engine::Backend> backend;
     try {
@@ -146,5 +151,6 @@ int main(int argc, char** argv) {
     loom::engine::ServeOptions so;
     so.engine_name = LOOM_ENGINE_NAME;
     so.max_parallel = opts.max_slots;
+    so.stats = stats ? stderr : nullptr;
     return loom::engine::serve(*backend, stdin, stdout, so);
 }

@@ -12,6 +12,21 @@
 
 #include "model/quant/quant.hpp"
 
+// Under AddressSanitizer the fiber switches are announced (so ASan knows which stack is live)
+// and a fiber stack is unpoisoned before it is reused: a fiber that ends never returns from its
+// frames, so their redzones would otherwise stay poisoned for the next block's fibers.
+#if defined(__SANITIZE_ADDRESS__)
+#define LOOM_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LOOM_EMU_ASAN 1
+#endif
+#endif
+#ifdef LOOM_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #if !defined(__x86_64__)
 #error "the GPU emulator's context switch is written for x86-64"
 #endif
@@ -53,6 +68,7 @@ constexpr size_t kStack = 128 * 1024;
 struct Fiber {
     void* sp = nullptr;
     char* stack = nullptr;
+    void* fake_stack = nullptr;  // ASan's fake-stack handle while the fiber is switched out
     dim3 tid;
     bool done = false;
     bool waiting = false;
@@ -70,6 +86,8 @@ struct BlockState {
     std::vector<uint64_t> slots;  // one per thread
     int cur = -1;
     void* sched_sp = nullptr;
+    const void* sched_bottom = nullptr;  // the scheduler's stack, as ASan reports it
+    size_t sched_size = 0;
     const std::function<void()>* body = nullptr;
     std::vector<uint8_t> dyn;
 };
@@ -86,10 +104,32 @@ char* stack_for(size_t i) {
     return g_stacks[i];
 }
 
-void yield_to_scheduler() {
-    Fiber& f = g_b.fibers[static_cast<size_t>(g_b.cur)];
+// Switches from fiber `f` to the scheduler; returns when the scheduler resumes `f`.
+// dying: `f` has finished and is never resumed (ASan frees its fake stack).
+void to_scheduler(Fiber& f, bool dying) {
+#ifdef LOOM_EMU_ASAN
+    __sanitizer_start_switch_fiber(dying ? nullptr : &f.fake_stack, g_b.sched_bottom, g_b.sched_size);
+#endif
     loom_emu_switch(&f.sp, g_b.sched_sp);
+#ifdef LOOM_EMU_ASAN
+    __sanitizer_finish_switch_fiber(f.fake_stack, &g_b.sched_bottom, &g_b.sched_size);
+#endif
 }
+
+// Switches from the scheduler to fiber i (its stack is stack_for(i)); returns when it yields.
+void to_fiber(size_t i, Fiber& f) {
+#ifdef LOOM_EMU_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, g_stacks[i], kStack);
+    loom_emu_switch(&g_b.sched_sp, f.sp);
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+    (void)i;
+    loom_emu_switch(&g_b.sched_sp, f.sp);
+#endif
+}
+
+void yield_to_scheduler() { to_scheduler(g_b.fibers[static_cast<size_t>(g_b.cur)], false); }
 
 void release_block_if_ready() {
     if (g_b.arrived > 0 && g_b.arrived >= g_b.alive) {
@@ -106,6 +146,9 @@ void release_warp_if_ready(int w) {
 }
 
 [[noreturn]] void fiber_entry() {
+#ifdef LOOM_EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &g_b.sched_bottom, &g_b.sched_size);
+#endif
     (*g_b.body)();
     Fiber& f = g_b.fibers[static_cast<size_t>(g_b.cur)];
     f.done = true;
@@ -114,8 +157,7 @@ void release_warp_if_ready(int w) {
     --g_b.warp_alive[static_cast<size_t>(w)];
     release_block_if_ready();
     release_warp_if_ready(w);
-    void* dummy;
-    loom_emu_switch(&dummy, g_b.sched_sp);
+    to_scheduler(f, true);
     std::abort();
 }
 
@@ -185,6 +227,9 @@ void launch(dim3 grid, dim3 block, size_t dyn_smem_bytes, const std::function<vo
                     ++g_b.warp_alive[i / LOOM_EMU_WARP];
                     // Initial stack: six zero registers, then fiber_entry as the return address,
                     // then a fake return address (so fiber_entry starts with rsp % 16 == 8).
+#ifdef LOOM_EMU_ASAN
+                    ASAN_UNPOISON_MEMORY_REGION(stack_for(i), kStack);
+#endif
                     char* top = stack_for(i) + kStack;
                     auto* sp = reinterpret_cast<void**>(top);
                     *--sp = nullptr;
@@ -204,7 +249,7 @@ void launch(dim3 grid, dim3 block, size_t dyn_smem_bytes, const std::function<vo
                         }
                         g_b.cur = static_cast<int>(i);
                         g_ctx.tid = f.tid;
-                        loom_emu_switch(&g_b.sched_sp, f.sp);
+                        to_fiber(i, f);
                     }
                 }
             }
@@ -220,14 +265,17 @@ uint16_t float_to_half(float f) { return model::fp32_to_fp16(f); }
 namespace {
 
 // Emulated device memory: allocations are host memory, counted against kEmuMemory so that
-// gpuMemGetInfo reports what is left (the KV pool's default size depends on it).
-constexpr size_t kEmuMemory = size_t{128} << 20;
+// gpuMemGetInfo reports what is left (the KV pool's default size depends on it). Allocations up
+// to kPoison bytes are filled with 0xA5 so that unwritten outputs show up; larger ones (the KV
+// pool) are left as the system gives them, so that their pages cost nothing until written.
+constexpr size_t kEmuMemory = size_t{4} << 30;
+constexpr size_t kPoison = size_t{256} << 20;
 std::unordered_map<void*, size_t> g_sizes;
 size_t g_used = 0;
 
 void* host_alloc(size_t n) {
     void* p = std::aligned_alloc(256, (n + 255) / 256 * 256 + 256);
-    if (p) std::memset(p, 0xA5, n);  // never zeros: unwritten outputs show up
+    if (p && n <= kPoison) std::memset(p, 0xA5, n);
     return p;
 }
 

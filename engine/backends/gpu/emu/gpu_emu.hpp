@@ -4,10 +4,10 @@
 // Each block runs its threads as cooperative fibers on the calling thread, one block after the
 // other. __syncthreads is a barrier over the block's fibers; warp shuffles and __syncwarp are
 // barriers over a warp's fibers with an exchange slot per lane. `__shared__` becomes `static`,
-// which is shared memory exactly because blocks run one at a time. Memory is host memory (128 MiB
-// of "device memory" in all, as gpuMemGetInfo reports it), all "asynchronous" calls complete
-// before they return, and graphs are not available. Semantics follow the CUDA C++ Programming
-// Guide (thread hierarchy, barriers, warp shuffle functions).
+// which is shared memory exactly because blocks run one at a time. Memory is host memory (4 GiB
+// of "device memory" in all, as gpuMemGetInfo reports it; only what is written is resident), all
+// "asynchronous" calls complete before they return, and graphs are not available. Semantics
+// follow the CUDA C++ Programming Guide (thread hierarchy, barriers, warp shuffle functions).
 #pragma once
 
 #include <math.h>

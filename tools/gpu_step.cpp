@@ -1,11 +1,11 @@
-// loom-gpu-step-test: drives the GPU backend's step interface directly, as a scheduler would
+// loom-gpu-step-emu: drives the GPU backend's step interface directly, as a scheduler would
 // (block tables, chunked prefill, concurrent requests, prefix blocks reused from earlier
 // requests), and prints each request's greedy tokens with their top logprobs, one line per token:
 //   T <request> <token> <logprob> <id>:<logprob> ...
 // so that runs with different chunking, batching or prefix reuse can be compared (bitwise with
 // --batch-invariant) and against another engine.
 //
-// Usage: loom-gpu-step-test --model FILE --prompts 1,2,3;4,5 [--max-tokens N] [--chunk N]
+// Usage: loom-gpu-step-emu --model FILE --prompts 1,2,3;4,5 [--max-tokens N] [--chunk N]
 //        [--together] [--reuse-prefix] [--kv-f32] [--batch-invariant] [--logprobs K]
 #include <cstdio>
 #include <cstdlib>
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     int max_tokens = 8, chunk = 1 << 30, k = 5;
     bool together = false, reuse = false;
     gpu::GpuOptions opts;
-    opts.engine_name = "loom-gpu-step-test";
+    opts.engine_name = "loom-gpu-step-emu";
     opts.kv_tokens = 4096;
     opts.n_ctx = 512;
     for (int i = 1; i < argc; ++i) {
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
         reqs.push_back(r);
     }
     if (model.empty() || reqs.empty()) {
-        std::fprintf(stderr, "usage: loom-gpu-step-test --model FILE --prompts 1,2;3,4 [...]\n");
+        std::fprintf(stderr, "usage: loom-gpu-step-emu --model FILE --prompts 1,2;3,4 [...]\n");
         return 2;
     }
     gpu::GpuBackend be(model, opts);
