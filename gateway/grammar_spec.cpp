@@ -15,6 +15,7 @@ protocol::GrammarSpec grammar_spec(const OutputConstraint& c) {
     case K::JsonSchema: spec = {kind::kJsonSchema, c.value}; break;
     case K::Regex: spec = {kind::kRegex, c.value}; break;
     case K::Choice: spec = {kind::kChoice, c.value}; break;
+    case K::TaggedJson: spec = {kind::kTaggedJson, c.value}; break;
     case K::Grammar:
         throw ApiError(400, "'" + c.param + "' with a grammar text (EBNF/Lark) is not supported: loom enforces JSON "
                        "Schema, JSON object, regex and choice constraints",

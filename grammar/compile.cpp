@@ -2,6 +2,8 @@
 #include "grammar/compile.hpp"
 
 #include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include "grammar/json_text.hpp"
 #include "grammar/regex.hpp"
@@ -80,12 +82,30 @@ Grammar compile_choice(const std::vector<std::string>& choices) {
     return build(r);
 }
 
+Grammar compile_tagged_json(std::string_view begin, std::string_view schema_json, std::string_view end, bool repeat,
+                            std::string_view separator, const JsonOptions& opts) {
+    for (std::string_view tag : {begin, end, separator}) {
+        size_t pos = 0;
+        uint32_t cp;
+        while (pos < tag.size())
+            if (!next_utf8(tag, pos, cp)) throw GrammarError("tagged_json: a tag is not valid UTF-8");
+    }
+    Rules r = json_schema_rules(schema_json, opts);
+    const int32_t value = r.root;
+    const int32_t item = r.add("tagged_item");
+    r.define(item, seq({lit(begin), ref(value), lit(end)}));
+    r.root = r.add("tagged");
+    r.define(r.root, repeat ? seq({ref(item), star(seq({lit(separator), ref(item)}))}) : ref(item));
+    return build(r);
+}
+
 Grammar compile(const Constraint& c, const JsonOptions& opts) {
     switch (c.kind) {
     case Constraint::Kind::JsonObject: return compile_json_object(opts);
     case Constraint::Kind::JsonSchema: return compile_json_schema(c.text, opts);
     case Constraint::Kind::Regex: return compile_regex(c.text);
     case Constraint::Kind::Choice: return compile_choice(c.choices);
+    case Constraint::Kind::TaggedJson: return compile_tagged_json(c.begin, c.text, c.end, c.repeat, c.separator, opts);
     }
     throw GrammarError("unknown constraint kind");
 }
@@ -103,6 +123,10 @@ std::string Constraint::to_text() const {
         }
         return "choice:" + percent_encode(arr + "]");
     }
+    case Kind::TaggedJson:
+        return "tagged_json:" + percent_encode("{\"begin\":" + json::quote(begin) + ",\"end\":" + json::quote(end) +
+                                               ",\"separator\":" + json::quote(separator) + ",\"repeat\":" +
+                                               (repeat ? "true" : "false") + ",\"schema\":" + text + "}");
     }
     return "";
 }
@@ -127,9 +151,34 @@ Constraint Constraint::from_source(std::string_view kind, std::string_view sourc
             if (!x.IsString()) throw GrammarError("constraint: choice: wants a JSON array of strings");
             c.choices.emplace_back(x.GetString(), x.GetStringLength());
         }
+    } else if (kind == "tagged_json") {
+        c.kind = Kind::TaggedJson;
+        rapidjson::Document d;
+        d.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(source.data(), source.size());
+        const char* shape =
+            "constraint: tagged_json: wants {\"begin\", \"end\", \"separator\": strings, \"repeat\": boolean, "
+            "\"schema\": a JSON Schema}";
+        if (d.HasParseError() || !d.IsObject()) throw GrammarError(shape);
+        for (auto m = d.MemberBegin(); m != d.MemberEnd(); ++m) {
+            const std::string_view k(m->name.GetString(), m->name.GetStringLength());
+            const auto& v = m->value;
+            if ((k == "begin" || k == "end" || k == "separator") && v.IsString()) {
+                (k == "begin" ? c.begin : k == "end" ? c.end : c.separator) = std::string(v.GetString(), v.GetStringLength());
+            } else if (k == "repeat" && v.IsBool()) {
+                c.repeat = v.GetBool();
+            } else if (k == "schema" && (v.IsObject() || v.IsBool())) {
+                rapidjson::StringBuffer buf;
+                rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+                v.Accept(w);
+                c.text.assign(buf.GetString(), buf.GetSize());
+            } else {
+                throw GrammarError(shape);
+            }
+        }
+        if (c.text.empty()) throw GrammarError(shape);
     } else {
         throw GrammarError("constraint: unknown kind '" + std::string(kind) +
-                           "' (want json_object, json_schema, regex or choice)");
+                           "' (want json_object, json_schema, regex, choice or tagged_json)");
     }
     return c;
 }

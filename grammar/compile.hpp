@@ -32,12 +32,21 @@ Grammar compile_regex(std::string_view pattern);
 /// empty or a choice is not valid UTF-8.
 Grammar compile_choice(const std::vector<std::string>& choices);
 
+/// Tagged JSON values: `begin`, JSON text valid against `schema_json`, `end`; with `repeat`,
+/// one or more such items joined by `separator`, else exactly one. The shape of a model's tool
+/// calls in its template family's syntax (Hermes: `<tool_call>\n{...}\n</tool_call>`).
+/// Throws SchemaError as compile_json_schema, GrammarError for tags that are not UTF-8.
+Grammar compile_tagged_json(std::string_view begin, std::string_view schema_json, std::string_view end,
+                            bool repeat, std::string_view separator, const JsonOptions& opts = {});
+
 /// A constraint as the gateway states it.
 struct Constraint {
-    enum class Kind { JsonObject, JsonSchema, Regex, Choice };
+    enum class Kind { JsonObject, JsonSchema, Regex, Choice, TaggedJson };
     Kind kind = Kind::JsonObject;
     std::string text;                  ///< the schema JSON or the regex
     std::vector<std::string> choices;  ///< Choice
+    std::string begin, end, separator; ///< TaggedJson (text is the schema)
+    bool repeat = false;               ///< TaggedJson
 
     /// The line-safe form (see the file comment). Throws GrammarError for a choice that is
     /// not valid UTF-8.
@@ -45,9 +54,11 @@ struct Constraint {
     /// Reads to_text()'s form. Throws GrammarError for an unknown kind or bad escapes.
     static Constraint from_text(std::string_view text);
     /// The constraint of a protocol `grammar=<kind>:<source>` (docs/protocol.md, "Grammars"):
-    /// kind json_object (source empty), json_schema (the schema JSON), regex (the pattern) or
-    /// choice (a JSON array of strings). Throws GrammarError for another kind, a json_object
-    /// with a source, or a choice source that is not an array of strings.
+    /// kind json_object (source empty), json_schema (the schema JSON), regex (the pattern),
+    /// choice (a JSON array of strings) or tagged_json (a JSON object {"begin", "end",
+    /// "separator": strings, "repeat": boolean, "schema": a JSON Schema}; see
+    /// compile_tagged_json). Throws GrammarError for another kind, a json_object with a
+    /// source, or a choice / tagged_json source of another shape.
     static Constraint from_source(std::string_view kind, std::string_view source);
 };
 

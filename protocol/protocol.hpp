@@ -114,7 +114,8 @@ using EngineLine = std::variant<Hello, Token, Logprobs, PromptLogprobs, Done, Er
 /// A GEN line's `grammar=<kind>:<base64 of source>` (docs/protocol.md, "Grammars"): the
 /// constraint as the gateway states it; the engine compiles it against its own vocabulary.
 /// Known kinds: json_schema (source: a JSON Schema document), json_object (source empty),
-/// regex (an ECMAScript pattern matched in full), choice (a JSON array of strings). The
+/// regex (an ECMAScript pattern matched in full), choice (a JSON array of strings),
+/// tagged_json (JSON values between literal tags: forced tool calls in a family's syntax). The
 /// protocol library carries any kind of 1..32 bytes of [a-z0-9_]; the engine refuses
 /// kinds it does not know with ERR.
 struct GrammarSpec {
@@ -129,6 +130,7 @@ inline constexpr char kJsonSchema[] = "json_schema";
 inline constexpr char kJsonObject[] = "json_object";
 inline constexpr char kRegex[] = "regex";
 inline constexpr char kChoice[] = "choice";
+inline constexpr char kTaggedJson[] = "tagged_json";
 }  // namespace grammar_kind
 
 /// `GEN <id> prompt=... [key=value ...]`: start generating for one request.

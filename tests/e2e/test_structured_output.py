@@ -11,16 +11,21 @@ that cannot follow instructions, so only the grammar can make its output valid.
   over the whole vocabulary (the allowed token's raw logprob is below the processed one).
 - json_object, guided_choice and guided_regex; tool_choice "required" and a named function
   give tool_calls whose arguments validate; what loom cannot enforce is a 400 naming it.
+- With Qwen2.5's chat template embedded in a copy of stories260K (Hermes family), forced
+  calls are written in Hermes' own syntax (<tool_call>...</tool_call>, the tagged_json
+  grammar) and parsed by the Hermes parser, streamed and not.
 """
 import json
 import math
 import os
-import re
+import shutil
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from loomtest import GatewayTestCase, chat_choices, joined_bytes, main, shared  # noqa: E402
+import gguf_edit  # noqa: E402
+from loomtest import Gateway, GatewayTestCase, chat_choices, joined_bytes, main, shared  # noqa: E402
 
 MODEL = shared("models/stories260K.gguf")
 MESSAGES = [{"role": "user", "content": "Tell me about a cat."}]
@@ -251,6 +256,87 @@ class StructuredOutput(GatewayTestCase):
                                                         "guided_grammar": "root ::= \"a\""})
         self.assertEqual(status, 400)
         self.assertEqual(body["error"]["code"], "unsupported_constraint")
+
+
+WEATHER = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]},
+                                           "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+           "required": ["city", "days"], "additionalProperties": False}
+TZ = {"type": "object", "properties": {"tz": {"enum": ["UTC", "CET"]}}, "required": ["tz"],
+      "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "parameters": TZ}}]
+
+
+class HermesForcedCalls(unittest.TestCase):
+    """The CPU engine on a copy of stories260K with Qwen2.5's template: no tokens added, so
+    <tool_call> is spelled by ordinary tokens and only the grammar makes the model write it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="loom-forced-")
+        path = os.path.join(cls.tmp, "qwen-copy.gguf")
+        text = open(shared("models/templates/Qwen-Qwen2.5-7B-Instruct.jinja"), encoding="utf-8").read()
+        gguf_edit.edit(MODEL, path, chat_template=text)
+        cls.gw = Gateway(path)
+        cls.gw.wait_ready()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def ask(self, **extra):
+        body = {"model": "qwen-copy", "messages": MESSAGES, "tools": TOOLS, "max_tokens": 300,
+                "logprobs": True}
+        body.update(extra)
+        if body.get("stream"):
+            status, chunks, done = self.gw.stream("/v1/chat/completions", body)
+            self.assertEqual(status, 200, chunks)
+            self.assertTrue(done)
+            return chunks
+        status, resp = self.gw.post("/v1/chat/completions", body)
+        self.assertEqual(status, 200, resp)
+        return resp["choices"][0]
+
+    def check_calls(self, calls, names):
+        self.assertEqual([c["function"]["name"] for c in calls][:len(names)], names)
+        for c in calls:
+            schema = WEATHER if c["function"]["name"] == "get_weather" else TZ
+            validate(json.loads(c["function"]["arguments"]), schema, schema)
+            self.assertRegex(c["id"], r"^call_[A-Za-z0-9]{24}$")
+
+    def test_required_and_named_calls_in_hermes_syntax(self):
+        for seed in range(3):
+            c = self.ask(seed=seed, tool_choice="required", parallel_tool_calls=False)
+            self.assertEqual(c["finish_reason"], "tool_calls", c)
+            self.assertIsNone(c["message"]["content"])
+            self.assertEqual(len(c["message"]["tool_calls"]), 1)
+            self.check_calls(c["message"]["tool_calls"], [])
+            c = self.ask(seed=seed, tool_choice={"type": "function", "function": {"name": "get_time"}})
+            self.assertEqual(c["finish_reason"], "tool_calls", c)
+            self.assertEqual(len(c["message"]["tool_calls"]), 1)
+            self.check_calls(c["message"]["tool_calls"], ["get_time"])
+            # Parallel calls: one or more; the model may go on calling until max_tokens, and
+            # then every call but the cut last one is complete and valid.
+            c = self.ask(seed=seed, tool_choice="required", max_tokens=200)
+            calls = c["message"]["tool_calls"]
+            self.assertGreaterEqual(len(calls), 1)
+            self.check_calls(calls if c["finish_reason"] == "tool_calls" else calls[:-1], [])
+
+    def test_streamed_forced_call(self):
+        chunks = self.ask(seed=5, stream=True, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        calls = {}
+        finish = None
+        for ch in chunks:
+            for choice in ch.get("choices", []):
+                finish = choice["finish_reason"] or finish
+                for d in choice["delta"].get("tool_calls") or []:
+                    cur = calls.setdefault(d["index"], {"id": d.get("id"), "function": {"name": "", "arguments": ""}})
+                    cur["function"]["name"] += d.get("function", {}).get("name") or ""
+                    cur["function"]["arguments"] += d.get("function", {}).get("arguments") or ""
+        self.assertEqual(finish, "tool_calls")
+        self.assertEqual(len(calls), 1)
+        self.check_calls([calls[0]], ["get_weather"])
 
 
 if __name__ == "__main__":
