@@ -249,10 +249,7 @@ void add_vocab(loom::model::GgufWriter& w, int n) {
         types.push_back(1);
         scores.push_back(-static_cast<float>(i));
     }
-    w.add_string("tokenizer.ggml.model", "llama");
-    w.add_string_array("tokenizer.ggml.tokens", tokens);
-    w.add_array("tokenizer.ggml.scores", scores);
-    w.add_array("tokenizer.ggml.token_type", types);
+    w.add_llama_vocab(tokens, scores, types);
     w.add_u32("tokenizer.ggml.bos_token_id", 1);
     w.add_u32("tokenizer.ggml.eos_token_id", 2);
     w.add_u32("tokenizer.ggml.unknown_token_id", 0);

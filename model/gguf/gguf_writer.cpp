@@ -135,6 +135,16 @@ void GgufWriter::add_bool_array(const std::string& key, const std::vector<bool>&
     add_array(key, GgufType::BOOL, b.data(), b.size());
 }
 
+void GgufWriter::add_llama_vocab(const std::vector<std::string>& tokens, const std::vector<float>& scores,
+                                 const std::vector<int32_t>& types) {
+    if (scores.size() != tokens.size() || types.size() != tokens.size())
+        throw std::invalid_argument("add_llama_vocab: tokens, scores and types differ in size");
+    add_string("tokenizer.ggml.model", "llama");
+    add_string_array("tokenizer.ggml.tokens", tokens);
+    add_array("tokenizer.ggml.scores", scores);
+    add_array("tokenizer.ggml.token_type", types);
+}
+
 void GgufWriter::add_string_array(const std::string& key, const std::vector<std::string>& v) {
     size_t total = 12;
     for (const auto& s : v) total += 8 + s.size();

@@ -67,6 +67,12 @@ public:
     void add_bool_array(const std::string& key, const std::vector<bool>& v);
     /// Array of STRING elements.
     void add_string_array(const std::string& key, const std::vector<std::string>& v);
+    /// A SentencePiece ("llama") vocabulary: tokenizer.ggml.model = "llama" and the parallel
+    /// arrays tokenizer.ggml.tokens, .scores (F32) and .token_type (INT32, llama.cpp's token
+    /// types: 1 normal, 2 unknown, 3 control, 6 byte), as the GGUF spec's tokenizer section names
+    /// them. Throws std::invalid_argument if the three sizes differ.
+    void add_llama_vocab(const std::vector<std::string>& tokens, const std::vector<float>& scores,
+                         const std::vector<int32_t>& types);
 
     /// Declares a tensor whose bytes the caller writes itself (streaming). dims are
     /// ne0 first (dims[0] = row length), 1 to 4 of them, each >= 1; type is a ggml

@@ -49,6 +49,19 @@ LOOM_QB_INLINE void k4_scale_min(const uint8_t* s, int j, int& sc, int& mn) {
     }
 }
 
+/// The scales and offsets of Q4_K/Q5_K chunk c (sub-blocks 2c and 2c+1): x = d_s*q - n_s for
+/// the chunk's low (s = 0) and high (s = 1) half. d, dmin: the block's F16 super-scales, as floats.
+struct K4Chunk {
+    float d0, n0, d1, n1;
+};
+LOOM_QB_INLINE K4Chunk k4_chunk(const uint8_t* sc, float d, float dmin, int c) {
+    int s0, m0, s1, m1;
+    k4_scale_min(sc, 2 * c, s0, m0);
+    k4_scale_min(sc, 2 * c + 1, s1, m1);
+    return {d * static_cast<float>(s0), dmin * static_cast<float>(m0), d * static_cast<float>(s1),
+            dmin * static_cast<float>(m1)};
+}
+
 /// Q3_K's 16 6-bit scales (stored with +32 bias) from 12 bytes: the low nibble of
 /// scale i is byte i (i < 8) or the high nibble of byte i-8; its top two bits are
 /// bits 2*(i/4)..+1 of byte 8 + i%4.
@@ -202,11 +215,7 @@ struct Q4_K {
         const uint8_t* sc = b + 4;
         const uint8_t* qs = b + 16;
         for (int c = 0; c < 4; ++c) {
-            int s0, m0, s1, m1;
-            k4_scale_min(sc, 2 * c, s0, m0);
-            k4_scale_min(sc, 2 * c + 1, s1, m1);
-            const float d0 = d * static_cast<float>(s0), n0 = dmin * static_cast<float>(m0);
-            const float d1 = d * static_cast<float>(s1), n1 = dmin * static_cast<float>(m1);
+            const auto [d0, n0, d1, n1] = k4_chunk(sc, d, dmin, c);
             const uint8_t* q = qs + 32 * c;
             float* o = y + 64 * c;
             for (int l = 0; l < 32; ++l) {
@@ -228,11 +237,7 @@ struct Q5_K {
         const uint8_t* qh = b + 16;
         const uint8_t* qs = b + 48;
         for (int c = 0; c < 4; ++c) {
-            int s0, m0, s1, m1;
-            k4_scale_min(sc, 2 * c, s0, m0);
-            k4_scale_min(sc, 2 * c + 1, s1, m1);
-            const float d0 = d * static_cast<float>(s0), n0 = dmin * static_cast<float>(m0);
-            const float d1 = d * static_cast<float>(s1), n1 = dmin * static_cast<float>(m1);
+            const auto [d0, n0, d1, n1] = k4_chunk(sc, d, dmin, c);
             const uint8_t* q = qs + 32 * c;
             float* o = y + 64 * c;
             for (int l = 0; l < 32; ++l) {

@@ -113,10 +113,7 @@ inline void write_arch_model(const ArchSpec& s, const std::string& path) {
         types.push_back(1);
         scores.push_back(-static_cast<float>(i));
     }
-    w.add_string("tokenizer.ggml.model", "llama");
-    w.add_string_array("tokenizer.ggml.tokens", tokens);
-    w.add_array("tokenizer.ggml.scores", scores);
-    w.add_array("tokenizer.ggml.token_type", types);
+    w.add_llama_vocab(tokens, scores, types);
 
     const auto f32 = static_cast<uint32_t>(model::GgmlType::F32);
     auto add = [&](const std::string& name, std::vector<uint64_t> dims, const std::vector<float>& v) {
