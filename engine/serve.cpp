@@ -2,11 +2,13 @@
 #include "engine/serve.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
 
+#include "engine/lifeline.hpp"
 #include "engine/sampling_params.hpp"
 #include "engine/scheduler.hpp"
 
@@ -30,8 +32,9 @@ public:
             buf += '\n';
         }
         std::lock_guard<std::mutex> lock(mu_);
-        std::fwrite(buf.data(), 1, buf.size(), out_);
-        std::fflush(out_);
+        errno = 0;
+        if (std::fwrite(buf.data(), 1, buf.size(), out_) != buf.size() || std::fflush(out_) != 0)
+            output_lost(errno);  // the reader of our output is gone: stop at once
     }
     void line(const proto::EngineLine& l) { lines({l}); }
 
@@ -64,8 +67,13 @@ void read_loop(std::FILE* in, Inbox& inbox, Writer& w) {
             w.line(proto::Error{err->id, err->message});
             continue;
         }
+        auto& gl = std::get<proto::GatewayLine>(parsed);
+        if (auto* ping = std::get_if<proto::Ping>(&gl)) {  // answered here, whatever the scheduler does
+            w.line(proto::Pong{ping->token});
+            continue;
+        }
         std::lock_guard<std::mutex> lock(inbox.mu);
-        inbox.lines.push_back(std::get<proto::GatewayLine>(std::move(parsed)));
+        inbox.lines.push_back(std::move(gl));
         inbox.cv.notify_one();
     }
     std::free(buf);

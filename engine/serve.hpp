@@ -24,7 +24,8 @@ struct ServeOptions {
     std::vector<std::string> caps = {protocol::cap::kLogprobs,  protocol::cap::kAllowed,
                                      protocol::cap::kCancel,    protocol::cap::kPromptLogprobs,
                                      protocol::cap::kPenalties, protocol::cap::kLogitBias,
-                                     protocol::cap::kProcessedLogprobs, protocol::cap::kSeed};
+                                     protocol::cap::kProcessedLogprobs, protocol::cap::kSeed,
+                                     protocol::cap::kPing};
     /// When set, one line of scheduler counters (steps, preemptions, prefix hits, KV blocks)
     /// goes to this stream when the loop ends.
     std::FILE* stats = nullptr;

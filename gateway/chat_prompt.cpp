@@ -3,6 +3,7 @@
 
 #include "gateway/api_types.hpp"
 #include "gateway/chat_template.hpp"
+#include "gateway/quote.hpp"
 
 namespace loom::gateway {
 namespace {
@@ -44,7 +45,7 @@ std::string ChatRenderer::render(const rapidjson::Value& messages, const rapidjs
     try {
         return jinja::render_chat_template(template_, messages, tools, add_generation_prompt, bos_, eos_, kwargs);
     } catch (const std::exception& e) {
-        throw ApiError(400, std::string("chat template error: ") + e.what(), "messages", "chat_template_error");
+        throw ApiError(400, "chat template error: " + cut(e.what(), 1000), "messages", "chat_template_error");
     }
 }
 

@@ -128,7 +128,8 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
     auto choices = submit_choices(app, g, queue);
     const ResponseMeta meta{response_id(app, endpoint), static_cast<int64_t>(std::time(nullptr)), app.opts.model_id};
 
-    StreamDriver driver(stream, *app.engine, queue, choices, g, meta, *app.tokenizer);
+    StreamDriver driver(stream, *app.engine, queue, choices, g, meta, *app.tokenizer,
+                        StreamLimits{app.opts.write_timeout, app.opts.request_timeout});
     if (g.stream) {
         started = true;
         if (!co_await driver.begin(version)) co_return false;

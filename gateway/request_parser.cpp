@@ -4,6 +4,8 @@
 #include <rapidjson/error/en.h>
 
 #include "gateway/json_fields.hpp"
+#include "gateway/json_input.hpp"
+#include "gateway/quote.hpp"
 #include "gateway/sampling_params.hpp"
 
 namespace loom::gateway {
@@ -44,11 +46,7 @@ void parse_stream(const Value& body, GenerationRequest& r) {
 
 rapidjson::Document parse_json_object(std::string_view body) {
     rapidjson::Document doc;
-    doc.Parse(body.data(), body.size());
-    if (doc.HasParseError())
-        bad_request("", std::string("the request body is not valid JSON: ") +
-                            rapidjson::GetParseError_En(doc.GetParseError()) + " (at byte " +
-                            std::to_string(doc.GetErrorOffset()) + ")");
+    parse_json_body(doc, body);
     if (!doc.IsObject()) bad_request("", "the request body must be a JSON object");
     return doc;
 }
@@ -60,7 +58,7 @@ GenerationRequest parse_common_fields(const Value& body, Endpoint endpoint, cons
     if (!model || !model->IsString()) bad_request("model", "'model' is required and must be a string");
     r.model = model->GetString();
     if (r.model != ctx.model_id)
-        throw ApiError(404, "The model '" + r.model + "' does not exist; this server serves '" + ctx.model_id + "'",
+        throw ApiError(404, "The model " + quoted(r.model) + " does not exist; this server serves '" + ctx.model_id + "'",
                        "model", "model_not_found");
     r.n = static_cast<int>(integer_field(body, "n", 1, 128).value_or(1));
     if (auto b = integer_field(body, "best_of", 1, 128); b && *b != r.n)

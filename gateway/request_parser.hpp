@@ -36,8 +36,9 @@ struct ModelContext {
     std::string chat_template;              ///< the GGUF's chat template ("" for none)
 };
 
-/// Parses a request body. Throws ApiError(400) when it is not valid JSON (the message
-/// gives RapidJSON's reason and the byte offset) or not a JSON object.
+/// Parses a request body (parse_json_body(): strict JSON). Throws ApiError(400) when it
+/// is not valid JSON (the message gives RapidJSON's reason and the byte offset), holds
+/// a lone surrogate or a repeated key, nests too deeply, or is not a JSON object.
 rapidjson::Document parse_json_object(std::string_view body);
 
 /// Validates the fields of `body` that both endpoints share and returns them as a

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gateway/json_fields.hpp"
+#include "gateway/quote.hpp"
 
 namespace loom::gateway {
 namespace {
@@ -16,11 +17,13 @@ std::vector<std::pair<int32_t, float>> logit_bias(const Value& lb, const model::
     if (!lb.IsObject()) bad_request("logit_bias", "'logit_bias' must be an object mapping token ids to biases");
     std::vector<std::pair<int32_t, float>> out;
     for (auto it = lb.MemberBegin(); it != lb.MemberEnd(); ++it) {
-        const std::string key = it->name.GetString();
-        char* end = nullptr;
-        const long long id = std::strtoll(key.c_str(), &end, 10);
-        if (key.empty() || *end != '\0' || id < 0 || id >= tok.n_vocab())
-            bad_request("logit_bias", "logit_bias key '" + key + "' is not a token id in the vocabulary");
+        const std::string_view key(it->name.GetString(), it->name.GetStringLength());
+        // Decimal digits only (no sign, space or embedded NUL), at most 10 of them.
+        const bool digits = !key.empty() && key.size() <= 10 &&
+                            key.find_first_not_of("0123456789") == std::string_view::npos;
+        const long long id = digits ? std::stoll(std::string(key)) : -1;
+        if (!digits || id >= tok.n_vocab())
+            bad_request("logit_bias", "logit_bias key " + quoted(key) + " is not a token id in the vocabulary");
         if (!it->value.IsNumber() || it->value.GetDouble() < -100 || it->value.GetDouble() > 100)
             bad_request("logit_bias", "logit_bias values must be numbers between -100 and 100");
         out.emplace_back(static_cast<int32_t>(id), static_cast<float>(it->value.GetDouble()));

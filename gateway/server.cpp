@@ -8,6 +8,8 @@
 #include <cctype>
 #include <iostream>
 
+#include "gateway/json_input.hpp"
+#include "gateway/quote.hpp"
 #include "gateway/response_json.hpp"
 #include "gateway/serving_chat.hpp"
 #include "gateway/text_assembler.hpp"
@@ -15,6 +17,8 @@
 
 namespace loom::gateway {
 namespace {
+
+const App* g_app = nullptr;  // the one server's App (write_json's timeout and drain state)
 
 // The model object (OpenAI "Models" reference) or, with single=false, the list
 // holding it. max_model_len (vLLM's extension) once the engine has said its context.
@@ -54,9 +58,7 @@ std::string models_body(const App& app, bool single) {
 // (vLLM's extension endpoints). Throws ApiError(400) on bad input.
 std::string tokenize_body(const App& app, const std::string& body, bool detokenize) {
     rapidjson::Document d;
-    d.Parse(body.data(), body.size());
-    if (d.HasParseError())
-        throw ApiError(400, std::string("the request body is not valid JSON: ") + rapidjson::GetParseError_En(d.GetParseError()));
+    parse_json_body(d, body);
     if (!d.IsObject()) throw ApiError(400, "the request body must be a JSON object");
     if (d.HasMember("model") && (!d["model"].IsString() || app.opts.model_id != d["model"].GetString()))
         throw ApiError(404, "The model does not exist; this server serves '" + app.opts.model_id + "'", "model",
@@ -183,23 +185,23 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
 
     const std::string_view allow = allowed_methods(path);
     if (allow.empty()) {
-        co_await write_error(stream, ApiError(404, "no such endpoint: " + path, "", "not_found"), keep,
+        co_await write_error(stream, ApiError(404, "no such endpoint: " + quoted(path), "", "not_found"), keep,
                              version);
         co_return keep;
     }
     const auto method = req.method_string();
     if (std::string_view(method.data(), method.size()) != allow) {
         co_await write_error(stream,
-                             ApiError(405, "method " + std::string(req.method_string()) + " is not allowed on " + path +
-                                               "; use " + std::string(allow),
+                             ApiError(405, "method " + quoted(std::string_view(method.data(), method.size())) +
+                                               " is not allowed on " + path + "; use " + std::string(allow),
                                       "", "method_not_allowed"),
                              keep, version, allow);
         co_return keep;
     }
 
     if (path == "/health") {
-        if (app.engine->ready()) co_await write_json(stream, http::status::ok, R"({"status":"ok"})", keep, version);
-        else co_await write_json(stream, http::status::service_unavailable, R"({"status":"loading"})", keep, version);
+        const auto [status, body] = health_body(app);
+        co_await write_json(stream, status, body, keep, version);
     } else if (path == "/v1/models") {
         co_await write_json(stream, http::status::ok, models_body(app, false), keep, version);
     } else if (path.starts_with("/v1/models/")) {
@@ -207,7 +209,7 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
             co_await write_json(stream, http::status::ok, models_body(app, true), keep, version);
         else
             co_await write_error(stream,
-                                 ApiError(404, "The model '" + path.substr(11) + "' does not exist; this server serves '" +
+                                 ApiError(404, "The model " + quoted(path.substr(11)) + " does not exist; this server serves '" +
                                                    app.opts.model_id + "'",
                                           "model", "model_not_found"),
                                  keep, version);
@@ -228,10 +230,21 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
     co_return keep;
 }
 
+// Marks a session's connection in App::connections for its lifetime.
+struct Registered {
+    std::shared_ptr<Connections> conns;
+    std::list<Connections::Entry>::iterator it;
+    Registered(std::shared_ptr<Connections> c, beast::tcp_stream* s) : conns(std::move(c)) {
+        it = conns->list.insert(conns->list.end(), Connections::Entry{s, false});
+    }
+    ~Registered() { conns->list.erase(it); }
+};
+
 asio::awaitable<void> session(tcp::socket socket, App& app) {
     beast::tcp_stream stream(std::move(socket));
+    Registered reg(app.connections, &stream);
     beast::flat_buffer buf;
-    while (true) {
+    while (!app.connections->draining) {
         http::request_parser<http::string_body> parser;
         parser.body_limit(app.opts.max_body_bytes);
         parser.header_limit(64 * 1024);
@@ -273,10 +286,11 @@ asio::awaitable<void> session(tcp::socket socket, App& app) {
 
         bool started = false, keep_going = false;
         std::optional<std::string> internal;
+        reg.it->busy = true;
         try {
             keep_going = co_await route(app, stream, parser.get(), started);
         } catch (const std::exception& e) {
-            internal = e.what();
+            internal = cut(e.what());
         }
         if (internal) {
             std::cerr << "loom-gateway: internal error: " << *internal << "\n";
@@ -284,27 +298,92 @@ asio::awaitable<void> session(tcp::socket socket, App& app) {
                 co_await write_error(stream, ApiError(500, "internal error: " + *internal, "", "internal_error",
                                                       "server_error"),
                                      false, parser.get().version());
-            break;
         }
-        if (!keep_going) break;
+        reg.it->busy = false;
+        if (internal || !keep_going) break;
     }
     boost::system::error_code ignore;
     stream.socket().shutdown(tcp::socket::shutdown_send, ignore);
 }
 
-asio::awaitable<void> listen(tcp::acceptor acceptor, App& app) {
-    while (true) {
+// Errors that mean "no resources for another connection now": back off, do not spin.
+bool out_of_resources(const boost::system::error_code& ec) {
+    return ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system ||
+           ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+}
+
+asio::awaitable<void> listen(App& app) {
+    tcp::acceptor& acceptor = *app.acceptor;
+    asio::steady_timer pause(acceptor.get_executor());
+    const auto first_delay = std::chrono::milliseconds(10);
+    auto delay = first_delay;
+    bool starved = false;
+    while (acceptor.is_open()) {
         boost::system::error_code ec;
         tcp::socket s = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
-        if (ec) {
-            if (ec == asio::error::operation_aborted) co_return;
+        if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+        if (ec && out_of_resources(ec)) {
+            if (!starved)
+                std::cerr << "loom-gateway: cannot accept connections (" << ec.message()
+                          << "); pausing accepts, open connections are still served\n";
+            starved = true;
+            pause.expires_after(delay);
+            co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+            delay = std::min(delay * 2, std::chrono::milliseconds(1000));
             continue;
         }
+        if (ec) continue;  // e.g. a connection reset before it was accepted
+        if (starved) std::cerr << "loom-gateway: accepting connections again\n";
+        starved = false;
+        delay = first_delay;
+        if (app.connections->draining) continue;  // closes it
         asio::co_spawn(acceptor.get_executor(), session(std::move(s), app), asio::detached);
     }
 }
 
 }  // namespace
+
+size_t Connections::busy() const {
+    size_t n = 0;
+    for (const auto& e : list) n += e.busy;
+    return n;
+}
+
+std::pair<http::status, std::string> health_body(const App& app) {
+    if (app.connections->draining) return {http::status::service_unavailable, R"({"status":"draining"})"};
+    const EngineHealth h = app.engine->health();
+    if (h.state == EngineHealth::State::Ok) return {http::status::ok, R"({"status":"ok"})"};
+    if (h.state == EngineHealth::State::Loading) return {http::status::service_unavailable, R"({"status":"loading"})"};
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    auto str = [&](const std::string& s) {
+        const std::string v = sanitize_utf8(s);
+        w.String(v.data(), static_cast<rapidjson::SizeType>(v.size()));
+    };
+    w.StartObject();
+    w.Key("status");
+    w.String("unhealthy");
+    w.Key("reason");
+    str(h.reason);
+    w.Key("engine_stderr");
+    w.StartArray();
+    for (const auto& l : h.stderr_tail) str(l);
+    w.EndArray();
+    w.EndObject();
+    return {http::status::service_unavailable, buf.GetString()};
+}
+
+size_t begin_drain(App& app) {
+    app.connections->draining = true;
+    boost::system::error_code ec;
+    if (app.acceptor) app.acceptor->close(ec);
+    size_t busy = 0;
+    for (auto& e : app.connections->list) {
+        if (e.busy) ++busy;
+        else e.stream->socket().close(ec);  // waiting for a request: its read ends, the session closes
+    }
+    return busy;
+}
 
 ModelContext App::model_context() const {
     ModelContext ctx;
@@ -327,22 +406,26 @@ asio::awaitable<void> write_json(beast::tcp_stream& stream, http::status status,
     res.set(http::field::server, "loom");
     res.set(http::field::content_type, "application/json");
     if (!allow.empty()) res.set(http::field::allow, std::string(allow));
-    res.keep_alive(keep_alive);
+    res.keep_alive(keep_alive && !(g_app && g_app->connections->draining));
     res.body() = std::move(body);
     res.prepare_payload();
     boost::system::error_code ec;
+    stream.expires_after(g_app ? g_app->opts.write_timeout : std::chrono::milliseconds(30000));
     co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+    stream.expires_never();
 }
 
 unsigned short start_server(asio::io_context& io, App& app) {
     tcp::endpoint ep(asio::ip::make_address(app.opts.host), app.opts.port);
-    tcp::acceptor acceptor(io);
+    app.acceptor = std::make_unique<tcp::acceptor>(io);
+    tcp::acceptor& acceptor = *app.acceptor;
     acceptor.open(ep.protocol());
     acceptor.set_option(asio::socket_base::reuse_address(true));
     acceptor.bind(ep);
-    acceptor.listen();
+    acceptor.listen(asio::socket_base::max_listen_connections);
     const unsigned short port = acceptor.local_endpoint().port();
-    asio::co_spawn(io, listen(std::move(acceptor), app), asio::detached);
+    g_app = &app;
+    asio::co_spawn(io, listen(app), asio::detached);
     return port;
 }
 

@@ -5,6 +5,8 @@
 // on the parser) and the OpenAI API reference for the endpoints and their JSON.
 #pragma once
 
+#include <chrono>
+#include <list>
 #include <memory>
 #include <string>
 
@@ -24,6 +26,22 @@ struct ServerOptions {
     std::string model_id;                 ///< id served on /v1/models
     std::string api_key;                  ///< "": no authentication
     size_t max_body_bytes = 8u << 20;     ///< larger bodies get 413
+    std::chrono::milliseconds write_timeout{30000};   ///< a response write that takes longer: the request is cancelled
+    std::chrono::milliseconds request_timeout{0};     ///< 0: none; else a generation that takes longer gets 503
+};
+
+/// The connections being served, so that a shutdown can close the idle ones and let
+/// the busy ones finish. Shared (sessions hold it) so that a session coroutine
+/// destroyed with the io_context never touches a destroyed App.
+struct Connections {
+    struct Entry {
+        beast::tcp_stream* stream = nullptr;
+        bool busy = false;  ///< between reading a request and finishing its response
+    };
+    std::list<Entry> list;
+    bool draining = false;  ///< shutting down: no new requests, close after the current one
+    /// Connections with a request in progress.
+    size_t busy() const;
 };
 
 /// Everything a request handler needs, shared by all connections (one thread): the
@@ -36,14 +54,27 @@ struct App {
     std::unique_ptr<EngineClient> engine;
     int64_t created = 0;  ///< Unix time the gateway started (the model's "created")
     uint64_t next_response = 1;
+    std::shared_ptr<Connections> connections = std::make_shared<Connections>();
+    std::unique_ptr<tcp::acceptor> acceptor;
 
     /// ModelContext for request validation (valid once the engine is ready).
     ModelContext model_context() const;
 };
 
 /// Binds the listener (throws boost::system::system_error when it cannot) and starts
-/// accepting connections; returns the bound port.
+/// accepting connections; returns the bound port. Out of file descriptors (EMFILE,
+/// ENFILE), accepting pauses with a growing delay (10 ms to 1 s), logged once per
+/// episode, while open connections go on being served.
 unsigned short start_server(asio::io_context& io, App& app);
+
+/// GET /health: 200 {"status":"ok"}; 503 {"status":"loading"}, {"status":"draining"}, or
+/// {"status":"unhealthy","reason":...,"engine_stderr":[...]} (EngineClient::health).
+std::pair<http::status, std::string> health_body(const App& app);
+
+/// Begins a graceful shutdown: closes the listener and the idle connections; busy
+/// connections close after their current response (sent with Connection: close), and
+/// /health says "draining". Returns the number of busy connections.
+size_t begin_drain(App& app);
 
 /// Handles POST /v1/completions and /v1/chat/completions on `stream` (gateway/generate.cpp):
 /// validation errors are answered with OpenAI's error JSON (400, 404, 503); an engine
@@ -56,8 +87,9 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
                                         bool& started);
 
 /// Writes a complete JSON response with `status`; `allow` (when not empty) is sent as
-/// the Allow header (405 answers). Write errors are ignored: the session notices them
-/// on its next read.
+/// the Allow header (405 answers). The write gets the --write-timeout (after it the
+/// connection is closed). Write errors are ignored: the session notices them on its
+/// next read. While draining, keep_alive is turned off.
 asio::awaitable<void> write_json(beast::tcp_stream& stream, http::status status, std::string body, bool keep_alive,
                                  unsigned version, std::string_view allow = {});
 

@@ -3,6 +3,7 @@
 
 #include "gateway/json_fields.hpp"
 #include "gateway/known_params.hpp"
+#include "gateway/quote.hpp"
 #include "gateway/prompt_tokens.hpp"
 #include "gateway/tool_request.hpp"
 
@@ -28,7 +29,7 @@ void validate_message(const Value& m, const std::string& where) {
     const std::string r = role->GetString();
     if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
         bad_request(where + ".role",
-                    where + ".role must be one of system, developer, user, assistant, tool; got '" + r + "'");
+                    where + ".role must be one of system, developer, user, assistant, tool; got " + quoted(r));
     const Value* content = find_field(m, "content");
     if (content && !content->IsString() && !content->IsArray())
         bad_request(where + ".content", where + ".content must be a string or an array of content parts");

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <iostream>
 
 namespace loom::gateway {
 namespace {
@@ -19,6 +20,14 @@ asio::awaitable<void> watch_disconnect(tcp::socket& s, std::shared_ptr<EventQueu
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) q->push(-1, Disconnected{});
 }
 
+// Pushes DeadlinePassed when `t` expires (not when it is cancelled).
+asio::awaitable<void> watch_deadline(std::shared_ptr<asio::steady_timer> t, std::shared_ptr<EventQueue> q,
+                                     std::shared_ptr<bool> live) {
+    boost::system::error_code ec;
+    co_await t->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (!ec && *live) q->push(-1, DeadlinePassed{});
+}
+
 }  // namespace
 
 asio::awaitable<bool> SseWriter::header(unsigned version) {
@@ -29,29 +38,44 @@ asio::awaitable<bool> SseWriter::header(unsigned version) {
     res.chunked(true);
     http::response_serializer<http::empty_body> sr{res};
     boost::system::error_code ec;
+    s_.expires_after(timeout_);
     co_await http::async_write_header(s_, sr, asio::redirect_error(asio::use_awaitable, ec));
-    co_return !ec;
+    co_return after_write(ec);
 }
 
 asio::awaitable<bool> SseWriter::event(const std::string& data) {
     std::string payload = "data: " + data + "\n\n";
     boost::system::error_code ec;
+    s_.expires_after(timeout_);
     co_await asio::async_write(s_, http::make_chunk(asio::buffer(payload)), asio::redirect_error(asio::use_awaitable, ec));
-    co_return !ec;
+    co_return after_write(ec);
 }
 
 asio::awaitable<bool> SseWriter::end() {
     boost::system::error_code ec;
+    s_.expires_after(timeout_);
     co_await asio::async_write(s_, http::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));
-    co_return !ec;
+    co_return after_write(ec);
+}
+
+bool SseWriter::after_write(const boost::system::error_code& ec) {
+    s_.expires_never();
+    if (ec == beast::error::timeout)
+        std::cerr << "loom-gateway: a client did not read its stream for " << timeout_.count()
+                  << " ms: its request is cancelled and the connection closed\n";
+    return !ec;
 }
 
 StreamDriver::StreamDriver(beast::tcp_stream& stream, EngineClient& engine, std::shared_ptr<EventQueue> queue,
                            std::vector<std::unique_ptr<Choice>>& choices, const GenerationRequest& req,
-                           const ResponseMeta& meta, const model::Tokenizer& tok)
+                           const ResponseMeta& meta, const model::Tokenizer& tok, StreamLimits limits)
     : stream_(stream), engine_(engine), queue_(std::move(queue)), choices_(choices), req_(req), meta_(meta), tok_(tok),
-      sse_(stream) {
+      sse_(stream, limits.write_timeout), limits_(limits) {
     asio::co_spawn(stream_.get_executor(), watch_disconnect(stream_.socket(), queue_, live_), asio::detached);
+    if (limits_.request_timeout.count() > 0) {
+        deadline_ = std::make_shared<asio::steady_timer>(stream_.get_executor(), limits_.request_timeout);
+        asio::co_spawn(stream_.get_executor(), watch_deadline(deadline_, queue_, live_), asio::detached);
+    }
 }
 
 StreamDriver::~StreamDriver() { stop_watch(); }
@@ -61,6 +85,7 @@ void StreamDriver::stop_watch() {
     *live_ = false;
     boost::system::error_code ignore;
     stream_.socket().cancel(ignore);
+    if (deadline_) deadline_->cancel();
 }
 
 void StreamDriver::cancel_open() {
@@ -90,6 +115,13 @@ asio::awaitable<void> StreamDriver::run() {
         auto [ci, ev] = co_await queue_->next();
         if (std::holds_alternative<Disconnected>(ev)) {
             client_gone_ = true;
+            break;
+        }
+        if (std::holds_alternative<DeadlinePassed>(ev)) {
+            failure_ = ApiError(503,
+                                "the request took longer than the server's request timeout (" +
+                                    std::to_string(limits_.request_timeout.count()) + " ms); it was cancelled",
+                                "", "request_timeout", "server_error");
             break;
         }
         Choice& c = *choices_[static_cast<size_t>(ci)];

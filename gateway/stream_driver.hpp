@@ -8,6 +8,7 @@
 // server-sent events (text/event-stream), RFC 9112 (chunked transfer coding).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,10 +22,11 @@
 namespace loom::gateway {
 
 /// Server-sent events over a chunked HTTP/1.1 response. Each call returns false when
-/// the write failed (the client went away).
+/// the write failed: the client went away, or did not take the bytes within
+/// `write_timeout` (then the connection is closed and the timeout logged).
 class SseWriter {
 public:
-    explicit SseWriter(beast::tcp_stream& s) : s_(s) {}
+    SseWriter(beast::tcp_stream& s, std::chrono::milliseconds write_timeout) : s_(s), timeout_(write_timeout) {}
     /// The 200 header: text/event-stream, no-cache, chunked.
     asio::awaitable<bool> header(unsigned version);
     /// One event, `data: <data>\n\n`, as one chunk.
@@ -33,7 +35,17 @@ public:
     asio::awaitable<bool> end();
 
 private:
+    // Arms the write timeout for one write; returns false (logging a timeout) when it failed.
+    bool after_write(const boost::system::error_code& ec);
+
     beast::tcp_stream& s_;
+    std::chrono::milliseconds timeout_;
+};
+
+/// Time limits of one generation request (main.cpp's --write-timeout, --request-timeout).
+struct StreamLimits {
+    std::chrono::milliseconds write_timeout{30000};  ///< one write to the client at most
+    std::chrono::milliseconds request_timeout{0};    ///< the whole generation at most; 0: no limit
 };
 
 /// Drives one generation request whose choices are all submitted to `engine` with
@@ -41,10 +53,11 @@ private:
 class StreamDriver {
 public:
     /// Starts watching `stream`'s socket: when the client closes its end, Disconnected
-    /// is pushed to `queue`. Every argument must outlive the driver.
+    /// is pushed to `queue`; and, with a request timeout, the clock: when it passes,
+    /// DeadlinePassed is. Every argument must outlive the driver.
     StreamDriver(beast::tcp_stream& stream, EngineClient& engine, std::shared_ptr<EventQueue> queue,
                  std::vector<std::unique_ptr<Choice>>& choices, const GenerationRequest& req, const ResponseMeta& meta,
-                 const model::Tokenizer& tok);
+                 const model::Tokenizer& tok, StreamLimits limits = {});
     /// Stops the watch.
     ~StreamDriver();
     StreamDriver(const StreamDriver&) = delete;
@@ -56,7 +69,8 @@ public:
     asio::awaitable<bool> begin(unsigned version);
 
     /// Handles the queue's events until every choice has ended, the engine failed one
-    /// (failure() is set: the 503 to answer), or the client went away (client_gone()).
+    /// or the request timeout passed (failure() is set: the 503 to answer), or the
+    /// client went away or read too slowly (client_gone()).
     /// A streamed request's releases are sent as chunks as they come; otherwise they are
     /// kept in the choices. A choice whose stop string matched is cancelled at once; on
     /// failure or disconnect, so is every choice still open. Stops the watch.
@@ -84,7 +98,9 @@ private:
     const ResponseMeta& meta_;
     const model::Tokenizer& tok_;
     SseWriter sse_;
+    StreamLimits limits_;
     std::shared_ptr<bool> live_ = std::make_shared<bool>(true);  // the watch still matters
+    std::shared_ptr<asio::steady_timer> deadline_;
     std::optional<ApiError> failure_;
     bool client_gone_ = false;
 };

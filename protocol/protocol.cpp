@@ -9,18 +9,29 @@
 namespace loom::protocol {
 namespace {
 
+// Input quoted in an error message: at most 64 bytes of it, then how long it was (an
+// ERR line must not echo a 64 MiB field back).
+std::string shown(std::string_view v) {
+    constexpr size_t kMax = 64;
+    if (v.size() <= kMax) return std::string(v);
+    size_t cut = kMax;
+    while (cut > 0 && (static_cast<unsigned char>(v[cut]) & 0xC0) == 0x80) --cut;  // a UTF-8 boundary
+    return std::string(v.substr(0, cut)) + "... (" + std::to_string(v.size()) + " bytes)";
+}
+
 // ----- writing ---------------------------------------------------------------
 
 void require_id(std::string_view id) {
-    if (!valid_id(id)) throw std::invalid_argument("invalid request id '" + std::string(id) + "'");
+    if (!valid_id(id)) throw std::invalid_argument("invalid request id '" + shown(id) + "'");
 }
 
-// Values may hold any byte; bytes that would break the line are percent-encoded.
-std::string encode_value(std::string_view v) {
+// Values may hold any byte; bytes that would break the line are percent-encoded (and
+// ',' too in an item of a comma-separated list, so the list reads back the same).
+std::string encode_value(std::string_view v, bool list_item = false) {
     static const char* hex = "0123456789ABCDEF";
     std::string out;
     for (unsigned char c : v) {
-        if (c <= 0x20 || c == '%' || c == 0x7f) {
+        if (c <= 0x20 || c == '%' || c == 0x7f || (list_item && c == ',')) {
             out += '%';
             out += hex[c >> 4];
             out += hex[c & 15];
@@ -69,7 +80,7 @@ std::string format_one(const Hello& h) {
     std::string caps;
     for (size_t k = 0; k < h.caps.size(); ++k) {
         if (k) caps += ',';
-        caps += encode_value(h.caps[k]);
+        caps += encode_value(h.caps[k], true);
     }
     s += " caps=" + caps;
     s += " max_logprobs=" + std::to_string(h.max_logprobs);
@@ -94,17 +105,28 @@ std::string format_one(const PromptLogprobs& p) {
 }
 std::string format_one(const Done& d) {
     require_id(d.id);
-    if (d.finish.empty() || d.finish.find_first_of(" \t\r\n") != std::string::npos)
-        throw std::invalid_argument("invalid finish reason");
+    if (!valid_id(d.finish)) throw std::invalid_argument("invalid finish reason");
     return "DONE " + d.id + " " + d.finish + " prompt_tokens=" + std::to_string(d.prompt_tokens) +
            " completion_tokens=" + std::to_string(d.completion_tokens) +
            (d.cached_tokens > 0 ? " cached_tokens=" + std::to_string(d.cached_tokens) : std::string());
 }
 std::string format_one(const Error& e) {
     if (e.id != "-") require_id(e.id);
-    std::string msg = e.message.empty() ? std::string("error") : e.message;
+    // Line breaks become spaces and leading blanks go (a reader skips them), so the
+    // message reads back exactly as written.
+    std::string msg = e.message;
     std::replace_if(msg.begin(), msg.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+    msg.erase(0, std::min(msg.size(), msg.find_first_not_of(" \t")));
+    if (msg.empty()) msg = "error";
     return "ERR " + e.id + " " + msg;
+}
+std::string format_one(const Pong& p) {
+    if (!valid_id(p.token)) throw std::invalid_argument("invalid PONG token");
+    return "PONG " + p.token;
+}
+std::string format_one(const Ping& p) {
+    if (!valid_id(p.token)) throw std::invalid_argument("invalid PING token");
+    return "PING " + p.token;
 }
 std::string format_one(const Gen& g) {
     require_id(g.id);
@@ -169,7 +191,7 @@ T parse_int(std::string_view s, std::string_view what) {
     T v{};
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec != std::errc() || p != s.data() + s.size() || s.empty())
-        throw Bad{std::string(what) + ": '" + std::string(s) + "' is not an integer in range"};
+        throw Bad{std::string(what) + ": '" + shown(s) + "' is not an integer in range"};
     return v;
 }
 
@@ -177,9 +199,9 @@ float parse_float(std::string_view s, std::string_view what, bool allow_neg_inf 
     float v = 0;
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec != std::errc() || p != s.data() + s.size() || s.empty())
-        throw Bad{std::string(what) + ": '" + std::string(s) + "' is not a number"};
+        throw Bad{std::string(what) + ": '" + shown(s) + "' is not a number"};
     if (std::isnan(v) || (std::isinf(v) && !(allow_neg_inf && v < 0)))
-        throw Bad{std::string(what) + ": '" + std::string(s) + "' is not finite"};
+        throw Bad{std::string(what) + ": '" + shown(s) + "' is not finite"};
     return v;
 }
 
@@ -228,10 +250,10 @@ std::vector<std::pair<std::string_view, std::string_view>> fields(const std::vec
     for (size_t k = from; k < parts.size(); ++k) {
         size_t eq = parts[k].find('=');
         if (eq == std::string_view::npos || eq == 0)
-            throw Bad{"field '" + std::string(parts[k]) + "' is not key=value"};
+            throw Bad{"field '" + shown(parts[k]) + "' is not key=value"};
         std::string_view key = parts[k].substr(0, eq);
         for (const auto& f : out)
-            if (f.first == key) throw Bad{"duplicate key '" + std::string(key) + "'"};
+            if (f.first == key) throw Bad{"duplicate key '" + shown(key) + "'"};
         out.emplace_back(key, parts[k].substr(eq + 1));
     }
     return out;
@@ -241,7 +263,7 @@ std::vector<TokenLogprob> parse_pairs(const std::vector<std::string_view>& parts
     std::vector<TokenLogprob> out;
     for (size_t k = from; k < parts.size(); ++k) {
         size_t c = parts[k].rfind(':');
-        if (c == std::string_view::npos) throw Bad{"'" + std::string(parts[k]) + "' is not token:logprob"};
+        if (c == std::string_view::npos) throw Bad{"'" + shown(parts[k]) + "' is not token:logprob"};
         TokenId t = parse_int<TokenId>(parts[k].substr(0, c), "token");
         if (t < 0) throw Bad{"negative token id"};
         out.emplace_back(t, parse_float(parts[k].substr(c + 1), "logprob", true));
@@ -250,7 +272,7 @@ std::vector<TokenLogprob> parse_pairs(const std::vector<std::string_view>& parts
 }
 
 void need_parts(const std::vector<std::string_view>& parts, size_t n, std::string_view verb) {
-    if (parts.size() < n) throw Bad{std::string(verb) + " has too few fields"};
+    if (parts.size() < n) throw Bad{shown(verb) + " has too few fields"};
 }
 
 std::string id_of(const std::vector<std::string_view>& parts) {
@@ -290,7 +312,12 @@ EngineLine parse_engine(const std::vector<std::string_view>& parts) {
         return h;
     }
     need_parts(parts, 2, verb);
-    if (!valid_id(parts[1])) throw Bad{"invalid request id '" + std::string(parts[1]) + "'"};
+    if (verb == "PONG") {
+        if (!valid_id(parts[1])) throw Bad{"invalid PONG token"};
+        if (parts.size() > 2) throw Bad{"PONG takes only a token"};
+        return Pong{std::string(parts[1])};
+    }
+    if (!valid_id(parts[1])) throw Bad{"invalid request id '" + shown(parts[1]) + "'"};
     const std::string id(parts[1]);
     if (verb == "T") {
         need_parts(parts, 3, verb);
@@ -312,6 +339,7 @@ EngineLine parse_engine(const std::vector<std::string_view>& parts) {
     }
     if (verb == "DONE") {
         need_parts(parts, 3, verb);
+        if (!valid_id(parts[2])) throw Bad{"invalid finish reason '" + shown(parts[2]) + "'"};
         Done d{id, std::string(parts[2]), 0, 0, 0};
         for (auto [k, v] : fields(parts, 3)) {
             if (k == "prompt_tokens") d.prompt_tokens = parse_int<int64_t>(v, k);
@@ -320,14 +348,19 @@ EngineLine parse_engine(const std::vector<std::string_view>& parts) {
         }
         return d;
     }
-    throw Bad{"unknown line type '" + std::string(verb) + "'"};
+    throw Bad{"unknown line type '" + shown(verb) + "'"};
 }
 
 GatewayLine parse_gateway(const std::vector<std::string_view>& parts) {
     const std::string_view verb = parts[0];
-    if (verb != "GEN" && verb != "CANCEL") throw Bad{"unknown command '" + std::string(verb) + "'"};
+    if (verb != "GEN" && verb != "CANCEL" && verb != "PING") throw Bad{"unknown command '" + shown(verb) + "'"};
     need_parts(parts, 2, verb);
-    if (!valid_id(parts[1])) throw Bad{"invalid request id '" + std::string(parts[1]) + "'"};
+    if (verb == "PING") {
+        if (!valid_id(parts[1])) throw Bad{"invalid PING token"};
+        if (parts.size() > 2) throw Bad{"PING takes only a token"};
+        return Ping{std::string(parts[1])};
+    }
+    if (!valid_id(parts[1])) throw Bad{"invalid request id '" + shown(parts[1]) + "'"};
     const std::string id(parts[1]);
     if (verb == "CANCEL") {
         if (parts.size() > 2) throw Bad{"CANCEL takes only an id"};
@@ -378,7 +411,7 @@ GatewayLine parse_gateway(const std::vector<std::string_view>& parts) {
                 size_t e = v.find(',', s);
                 std::string_view item = v.substr(s, e == std::string_view::npos ? std::string_view::npos : e - s);
                 size_t c = item.find(':');
-                if (c == std::string_view::npos) throw Bad{"logit_bias item '" + std::string(item) + "' is not id:bias"};
+                if (c == std::string_view::npos) throw Bad{"logit_bias item '" + shown(item) + "' is not id:bias"};
                 TokenId t = parse_int<TokenId>(item.substr(0, c), k);
                 if (t < 0) throw Bad{"logit_bias: negative token id"};
                 g.logit_bias.emplace_back(t, parse_float(item.substr(c + 1), k));

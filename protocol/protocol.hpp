@@ -36,6 +36,7 @@ inline constexpr char kLogitBias[] = "logit_bias";               ///< `logit_bia
 inline constexpr char kProcessedLogprobs[] = "processed_logprobs";  ///< `logprobs_mode=processed`
 inline constexpr char kSeed[] = "seed";                          ///< `seed=` gives reproducible sampling
 inline constexpr char kGrammar[] = "grammar";                    ///< `grammar=` (grammar-constrained decoding)
+inline constexpr char kPing[] = "ping";                          ///< PING, answered with PONG at once
 }  // namespace cap
 
 // ---------------------------------------------------------------------------
@@ -106,7 +107,13 @@ struct Error {
     std::string message;
 };
 
-using EngineLine = std::variant<Hello, Token, Logprobs, PromptLogprobs, Done, Error>;
+/// `PONG <token>`: the answer to `PING <token>`, written by the engine's input reader at
+/// once, whatever its scheduler is doing (capability "ping").
+struct Pong {
+    std::string token;  ///< the PING's token: 1..64 bytes of [A-Za-z0-9._-]
+};
+
+using EngineLine = std::variant<Hello, Token, Logprobs, PromptLogprobs, Done, Error, Pong>;
 
 // ---------------------------------------------------------------------------
 // gateway -> engine
@@ -160,7 +167,12 @@ struct Cancel {
     std::string id;
 };
 
-using GatewayLine = std::variant<Gen, Cancel>;
+/// `PING <token>`: a liveness check; the engine answers `PONG <token>` at once.
+struct Ping {
+    std::string token;  ///< 1..64 bytes of [A-Za-z0-9._-]
+};
+
+using GatewayLine = std::variant<Gen, Cancel, Ping>;
 
 // ---------------------------------------------------------------------------
 

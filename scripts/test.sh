@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test: installs dependencies, builds (loom-engine-gpuemu, the GPU kernels on
-# the CPU emulator, always; loom-engine-cuda too when nvcc is present), runs CTest; builds again with AddressSanitizer +
-# UndefinedBehaviorSanitizer and runs CTest once more; compiles loom-engine-hip with
-# hipcc; fuzzes the GGUF reader for a bounded time.
+# the CPU emulator, always; loom-engine-cuda too when nvcc is present), runs CTest; builds
+# again with AddressSanitizer + UndefinedBehaviorSanitizer and runs CTest once more;
+# compiles loom-engine-hip with hipcc; fuzzes the GGUF reader (LOOM_FUZZ_SECONDS, 60 s),
+# the protocol parser and the Jinja lexer/parser (LOOM_FUZZ_EACH_SECONDS, 20 s each;
+# LOOM_FUZZ_TARGETS picks them, `openai` adds the OpenAI request parser) for a bounded time.
+# Opt-in (CI time is spent): LOOM_TSAN=1 also builds with ThreadSanitizer and runs the
+# threaded subset (about 8 minutes on 2 cores).
 # The tests read the shared models at ../shared (beside the repository), or at
 # $LOOM_SHARED_DIR.
 set -euo pipefail
@@ -27,6 +31,42 @@ scripts/build.sh build-asan -DLOOM_SANITIZE=ON -DLOOM_SHARED_DIR="$shared" -DCMA
 echo "== tests (ASan + UBSan) =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
+# ---- ThreadSanitizer (only with LOOM_TSAN=1) ---------------------------------------
+# The engine has a reader thread, a scheduler and a thread pool; the gateway one
+# io_context thread that forks the engine. The subset (about 8 minutes on 2 cores,
+# build included): the unit tests of the protocol, sampler and gateway core, the
+# CPU backend's "1 and 3 threads" case of forward_f64, and the e2e tests that drive
+# those threads: engine_protocol (PING answered mid-request, cancel, many requests in
+# flight), supervision, chaos_engine's busy-engine PING and fake-engine cases,
+# chaos_load's disconnect storm and chaos_gateway's shutdown cases.
+if [ "${LOOM_TSAN:-0}" = 1 ]; then
+  echo "== build (ThreadSanitizer): loom-gateway, loom-engine-cpu, threaded unit tests =="
+  tsan_units=(test_protocol test_sampler test_gateway_json_input test_gateway_request_parser test_gateway_serving
+              test_gateway_text_assembler test_forward_f64)
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_TSAN=ON -DLOOM_SHARED_DIR="$shared" >/dev/null
+  ninja -C build-tsan -j "$jobs" loom-gateway loom-engine-cpu "${tsan_units[@]}"
+  echo "== tests (ThreadSanitizer) =="
+  # GCC 12's TSan cannot map its shadow memory under high mmap randomisation
+  # (vm.mmap_rnd_bits > 28 on newer kernels): run without ASLR where setarch allows it.
+  norand=()
+  if setarch "$(uname -m)" -R true 2>/dev/null; then norand=(setarch "$(uname -m)" -R); fi
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+  for t in "${tsan_units[@]}"; do
+    if [ "$t" = test_forward_f64 ]; then "${norand[@]}" "build-tsan/bin/$t" "threads do not change the result*"
+    else "${norand[@]}" "build-tsan/bin/$t"; fi
+  done
+  tsan_e2e() { LOOM_BIN=build-tsan/bin LOOM_SHARED="$shared" PYTHONDONTWRITEBYTECODE=1 "${norand[@]}" python3 "$@"; }
+  tsan_e2e tests/e2e/test_engine_protocol.py
+  tsan_e2e tests/e2e/test_supervision.py
+  tsan_e2e tests/e2e/test_chaos_engine.py BusyEngineAnswersPing FakeEngines
+  tsan_e2e tests/e2e/test_chaos_load.py Load.test_disconnect_storm_leaves_nothing_behind
+  tsan_e2e tests/e2e/test_chaos_gateway.py Shutdown
+  unset TSAN_OPTIONS
+else
+  echo "test: ThreadSanitizer stage skipped (LOOM_TSAN=1 runs it)"
+fi
+# ---- end ThreadSanitizer -----------------------------------------------------------
+
 echo "== build loom-engine-hip (hipcc, ${LOOM_HIP_ARCH:-gfx90a}; compile only: no AMD GPU here) =="
 cmake -S . -B build-hip -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_HIP=ON -DLOOM_BUILD_TESTS=OFF -DLOOM_WERROR=ON \
   -DLOOM_HIP_ARCH="${LOOM_HIP_ARCH:-gfx90a}" >/dev/null
@@ -49,6 +89,25 @@ for f in stories260K.gguf TinyStories-656K-Q8_0.gguf TinyStories-656K-Q3_K_M.ggu
 done
 build-fuzz/bin/loom-fuzz-gguf -max_total_time="$fuzz_seconds" -max_len=1800000 -rss_limit_mb=2048 -timeout=30 \
   -dict=tests/fuzz/gguf.dict -print_final_stats=1 build-fuzz/corpus build-fuzz/seeds
+# The engine protocol's line parser, the OpenAI request parser (with a chat template)
+# and the Jinja lexer and parser, each for a bounded time. Seeds: tests/fuzz/seeds and
+# the chat templates of shared/models/templates (linked).
+# LOOM_FUZZ_TARGETS picks them (default protocol and jinja, to keep CI inside its time; openai
+# adds the gateway core. Each builds its libraries with clang's
+# ASan + UBSan: protocol 1 file, jinja 15, openai the gateway core and tokenizers too).
+fuzz_each="${LOOM_FUZZ_EACH_SECONDS:-20}"
+read -r -a fuzz_targets <<< "${LOOM_FUZZ_TARGETS:-protocol jinja}"
+[ "${#fuzz_targets[@]}" -gt 0 ] && ninja -C build-fuzz -j "$jobs" "${fuzz_targets[@]/#/loom-fuzz-}"
+mkdir -p build-fuzz/seeds-jinja
+for f in "$shared"/models/templates/*.jinja; do ln -sf "$f" build-fuzz/seeds-jinja/; done
+for t in "${fuzz_targets[@]}"; do
+  echo "== fuzz: $t, ${fuzz_each} s (libFuzzer) =="
+  seeds=tests/fuzz/seeds/$t
+  [ "$t" = jinja ] && seeds=build-fuzz/seeds-jinja
+  mkdir -p "build-fuzz/corpus-$t"
+  build-fuzz/bin/loom-fuzz-$t -max_total_time="$fuzz_each" -rss_limit_mb=2048 -timeout=10 \
+    -dict="tests/fuzz/$t.dict" -print_final_stats=1 "build-fuzz/corpus-$t" "$seeds"
+done
 # ---- end fuzz --------------------------------------------------------------------
 
 echo "== all tests passed =="

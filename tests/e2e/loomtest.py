@@ -24,12 +24,12 @@ def shared(rel):
 class Gateway:
     """A loom-gateway process on a free port; stop() ends it (and its engine)."""
 
-    def __init__(self, model, *extra, engine=None, env=None):
-        args = [os.path.join(BIN, "loom-gateway"), "--model", model, "--port", "0"]
+    def __init__(self, model, *extra, engine=None, env=None, port=0, preexec_fn=None):
+        args = [os.path.join(BIN, "loom-gateway"), "--model", model, "--port", str(port)]
         if engine:
             args += ["--engine", engine]
         args += list(extra)
-        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=preexec_fn)
         self.port = None
         self.log = []
         deadline = time.time() + 60
@@ -113,9 +113,14 @@ class Gateway:
         conn.close()
         return 200, chunks, done
 
+    @property
+    def pid(self):
+        return self.proc.pid
+
     def stop(self):
         """Ends the gateway (SIGTERM) and returns its exit status. Raises
-        AssertionError when it reported a sanitizer error (ASan, LSan, UBSan builds)."""
+        AssertionError when it (or its engine, whose stderr it copies) reported a
+        sanitizer error (ASan, LSan, UBSan, TSan builds)."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -127,7 +132,7 @@ class Gateway:
             self._drainer.join(timeout=10)
         self.proc.stderr.close()
         log = "".join(self.log)
-        for mark in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+        for mark in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "WARNING: ThreadSanitizer"):
             if mark in log:
                 raise AssertionError("loom-gateway reported a sanitizer error:\n" + log[-6000:])
         return self.proc.returncode

@@ -3,6 +3,7 @@ the HELLO line, byte-exact result lines, malformed input, cancel, several reques
 flight, and exactly one terminal line per request.
 """
 import os
+import signal
 import subprocess
 import threading
 import unittest
@@ -35,7 +36,7 @@ class EngineProtocol(unittest.TestCase):
         out = run_engine([])
         self.assertEqual(out, [
             "HELLO loom/1 engine=loom-engine-cpu backend=cpu model=llama n_vocab=512 n_ctx=2048 bos=1 eos=2 eog=2 "
-            "caps=logprobs,allowed,cancel,prompt_logprobs,penalties,logit_bias,processed_logprobs,seed,grammar "
+            "caps=logprobs,allowed,cancel,prompt_logprobs,penalties,logit_bias,processed_logprobs,seed,ping,grammar "
             "max_logprobs=20"])
 
     def test_grammar_lines(self):
@@ -151,6 +152,47 @@ class EngineProtocol(unittest.TestCase):
         rest = p.stdout.read().splitlines()
         self.assertEqual(rest, ["T d 407", "DONE d length prompt_tokens=2 completion_tokens=1"])
         self.assertEqual(p.wait(timeout=30), 0)
+
+    def test_ping_is_answered_while_a_request_runs(self):
+        # PING is answered by the input reader: its PONG comes before the DONE of a
+        # request the scheduler is busy with, and between that request's tokens.
+        p = subprocess.Popen([ENGINE, "--model", MODEL], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.assertTrue(p.stdout.readline().startswith("HELLO "))
+        p.stdin.write("GEN long prompt=1 temperature=1 seed=3 ignore_eos=1\n")
+        p.stdin.flush()
+        self.assertTrue(p.stdout.readline().startswith("T long "))
+        p.stdin.write("PING p1\nPING\nPING bad/token\n")
+        p.stdin.close()
+        lines = p.stdout.read().splitlines()
+        self.assertEqual(p.wait(timeout=60), 0)
+        self.assertIn("PONG p1", lines)
+        done = [i for i, l in enumerate(lines) if l.startswith("DONE long ")]
+        self.assertEqual(len(done), 1, lines[-3:])
+        self.assertLess(lines.index("PONG p1"), done[0])
+        self.assertTrue(lines[done[0]].startswith("DONE long length "), lines[done[0]])
+        self.assertGreater(done[0] - lines.index("PONG p1"), 10, "the PONG waited for the request")
+        self.assertIn("ERR - PING has too few fields", lines)
+        self.assertIn("ERR - invalid PING token", lines)
+
+    def test_engine_stops_when_nobody_reads_its_output(self):
+        # A parent that ignores SIGPIPE passes that on through exec (the gateway does);
+        # the engine must still stop once its stdout is closed, though stdin stays open.
+        p = subprocess.Popen([ENGINE, "--model", MODEL], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, restore_signals=False)
+        self.assertTrue(p.stdout.readline().startswith(b"HELLO "))
+        p.stdout.close()
+        p.stdin.write(b"GEN o prompt=1 max_tokens=1000 temperature=0 ignore_eos=1\n")
+        p.stdin.flush()
+        try:
+            rc = p.wait(timeout=10)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdin.close()
+        err = p.stderr.read().decode()
+        p.stderr.close()
+        self.assertIn(rc, (-signal.SIGPIPE, 1), err)
 
     def test_bad_model_is_refused_with_err(self):
         p = subprocess.run([ENGINE, "--model", shared("models/legacy/tinyllamas-stories-260k-q8_0.gguf")],

@@ -176,3 +176,58 @@ TEST_CASE("every float32 survives format_float and parse") {
         REQUIRE(back_bits == bits);
     }
 }
+
+TEST_CASE("PING and PONG: exact bytes, round trip, malformed forms") {
+    CHECK(format(GatewayLine{Ping{"p17"}}) == "PING p17");
+    CHECK(format(EngineLine{Pong{"p17"}}) == "PONG p17");
+    auto ping = parse_gateway_line("PING  a.b-c_9\r\n");
+    REQUIRE(std::holds_alternative<GatewayLine>(ping));
+    CHECK(std::get<Ping>(std::get<GatewayLine>(ping)).token == "a.b-c_9");
+    auto pong = parse_engine_line("PONG p1\n");
+    REQUIRE(std::holds_alternative<EngineLine>(pong));
+    CHECK(std::get<Pong>(std::get<EngineLine>(pong)).token == "p1");
+    CHECK(gateway_error("PING").message == "PING has too few fields");
+    CHECK(gateway_error("PING bad/token").message == "invalid PING token");
+    CHECK(gateway_error("PING p1 extra").message == "PING takes only a token");
+    auto bad_pong = parse_engine_line("PONG " + std::string(65, 'x'));
+    REQUIRE(std::holds_alternative<ParseError>(bad_pong));
+    CHECK(std::get<ParseError>(bad_pong).message == "invalid PONG token");
+    CHECK_THROWS_AS(format(GatewayLine{Ping{""}}), std::invalid_argument);
+    CHECK_THROWS_AS(format(EngineLine{Pong{"a b"}}), std::invalid_argument);
+}
+
+TEST_CASE("parse errors quote at most 64 bytes of the input") {
+    const std::string verb(60000, 'V');
+    const auto e = gateway_error(verb + " r1");
+    CHECK(e.message == "unknown command '" + std::string(64, 'V') + "... (60000 bytes)'");
+    const auto big = gateway_error("GEN r1 prompt=" + std::string(1 << 20, '7'));
+    CHECK(big.message == "prompt: '" + std::string(64, '7') + "... (1048576 bytes)' is not an integer in range");
+    CHECK(big.id == "r1");
+}
+
+TEST_CASE("a capability holding a comma survives the round trip (found by loom-fuzz-protocol)") {
+    Hello h;
+    h.engine = "e";
+    h.caps = {",logprobs", "a,b"};
+    const std::string line = format(EngineLine{h});
+    CHECK(line.find(" caps=%2Clogprobs,a%2Cb ") != std::string::npos);
+    auto back = parse_engine_line(line);
+    REQUIRE(std::holds_alternative<EngineLine>(back));
+    CHECK(std::get<Hello>(std::get<EngineLine>(back)).caps == h.caps);
+}
+
+TEST_CASE("an ERR message with leading blanks or line breaks reads back as written (found by loom-fuzz-protocol)") {
+    const std::string line = format(EngineLine{Error{"r1", "\t\r\tbad\rthing "}});
+    CHECK(line == "ERR r1 bad thing ");
+    auto back = parse_engine_line(line);
+    REQUIRE(std::holds_alternative<EngineLine>(back));
+    CHECK(std::get<Error>(std::get<EngineLine>(back)).message == "bad thing ");
+    CHECK(format(EngineLine{Error{"-", " \t "}}) == "ERR - error");
+}
+
+TEST_CASE("a DONE whose finish reason holds control bytes is refused (found by loom-fuzz-protocol)") {
+    auto bad = parse_engine_line("DONE r1 len\rgth prompt_tokens=1 completion_tokens=0");
+    REQUIRE(std::holds_alternative<ParseError>(bad));
+    CHECK(std::get<ParseError>(bad).message == "invalid finish reason 'len\rgth'");
+    CHECK_THROWS_AS(format(EngineLine{Done{"r1", "a\x06", 0, 0}}), std::invalid_argument);
+}

@@ -5,11 +5,13 @@
 #include <iostream>
 
 #include "engine/backends/cpu/cpu_backend.hpp"
+#include "engine/lifeline.hpp"
 #include "engine/serve.hpp"
 
 namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
+    loom::engine::tie_to_parent();  // die with the gateway; a closed stdout ends us (SIGPIPE)
     po::options_description opts(
         "loom-engine-cpu: loads a GGUF model and speaks the loom engine protocol\n"
         "(docs/protocol.md) on stdin/stdout. Type GEN lines to drive it by hand, e.g.\n"

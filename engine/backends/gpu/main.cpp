@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/backends/gpu/gpu_backend.hpp"
+#include "engine/lifeline.hpp"
 #include "engine/serve.hpp"
 
 #ifndef LOOM_ENGINE_NAME
@@ -76,6 +77,7 @@ bool parse_fraction(const std::string& s, double& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    loom::engine::tie_to_parent();  // die with the gateway; a closed stdout ends us (SIGPIPE)
     std::string model;
     bool stats = false;
     loom::gpu::GpuOptions opts;
