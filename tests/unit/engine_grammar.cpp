@@ -125,8 +125,8 @@ struct Engine {
         for (auto& l : out) {
             const std::string id = std::visit(
                 [](const auto& x) {
-                    if constexpr (std::is_same_v<std::decay_t<decltype(x)>, proto::Hello>) return std::string("-");
-                    else return std::string(x.id);
+                    if constexpr (requires { x.id; }) return std::string(x.id);
+                    else return std::string("-");
                 },
                 l);
             lines[id].push_back(std::move(l));
