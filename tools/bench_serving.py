@@ -13,8 +13,13 @@ Scenarios (--scenarios, comma-separated; default all):
                arrive one by one: the decoders' ITL p50, p99 and p99/p50
   prefix       TTFT of a --long-token prompt cold, then again with all but its last tokens in
                the prefix cache (and the cached_tokens reported)
-  context      TTFT and decode tokens/s of one request at 8K and 30K tokens of context
-               (skipped, with a note, when the model's context is shorter)
+  context      TTFT and decode tokens/s of one request at each of --contexts (default 8K and
+               30K) tokens of context (skipped, with a note, when the model's context is shorter)
+
+Each concurrency row also gives the hardware ratio of its decode steps: the weight bytes
+(--weights-bytes, default the model file's size) read once per step over the ITL p50, as a share
+of --hbm-tbs (default 4.8 TB/s, the H200's HBM3e), and the tok/s that reading the weights once
+per step at that bandwidth would allow (KV reads left out).
 
 Prompts are random token ids (fixed seed), so no two requests share a prefix unless meant to;
 every request has temperature 0 and ignore_eos, so it generates exactly --gen tokens. TTFT is
@@ -226,8 +231,14 @@ class Bench:
             for c in self.a.concurrency:
                 reqs = [self.t.submit(self.prompt(self.a.prompt), self.a.gen, lp) for _ in range(c)]
                 wait_all(reqs)
+                sm = summarize(reqs)
+                hw = {}
+                if sm["itl_p50_ms"]:
+                    tbs = self.a.weights_bytes / (sm["itl_p50_ms"] / 1000) / 1e12
+                    hw = {"weights_tbs": round(tbs, 3), "hbm_share": round(tbs / self.a.hbm_tbs, 3),
+                          "limit_tok_s": round(c * self.a.hbm_tbs * 1e12 / self.a.weights_bytes, 1)}
                 self.report("concurrency", concurrency=c, logprobs=lp or 0, prompt=self.a.prompt, gen=self.a.gen,
-                            **summarize(reqs))
+                            **sm, **hw)
 
     def mixed(self):
         long = min(self.a.long, self.n_ctx - self.a.gen - 1)
@@ -259,7 +270,7 @@ class Bench:
                     ttft_cached_ms=round((warm["times"][0] - warm["sent"]) * 1000, 3), cached_tokens=warm["cached"])
 
     def context(self):
-        for ctx in (8192, 30000):
+        for ctx in self.a.contexts:
             if self.n_ctx < ctx + 32:
                 self.report("context", context=ctx, skipped="the engine's context is %d tokens" % self.n_ctx)
                 continue
@@ -284,12 +295,18 @@ def main():
     ap.add_argument("--mixed-decoders", type=int, default=32)
     ap.add_argument("--mixed-long", type=int, default=4)
     ap.add_argument("--mixed-gen", type=int, default=1024)
+    ap.add_argument("--contexts", default="8192,30000", help="context sizes of the context scenario")
+    ap.add_argument("--weights-bytes", type=float, help="bytes read per decode step (default: the model file's size)")
+    ap.add_argument("--hbm-tbs", type=float, default=4.8, help="memory bandwidth the ratios are against, TB/s")
     ap.add_argument("--quick", action="store_true", help="small sizes: a CPU smoke run")
     ap.add_argument("--json", help="write every result to this file")
     a = ap.parse_args()
     if a.quick:
         a.prompt, a.gen, a.long, a.mixed_decoders, a.mixed_long, a.mixed_gen = 32, 16, 512, 8, 2, 200
     a.concurrency = [int(c) for c in a.concurrency.split(",")]
+    a.contexts = [int(c) for c in a.contexts.split(",")]
+    if a.weights_bytes is None:
+        a.weights_bytes = float(os.path.getsize(a.model))
     scenarios = a.scenarios.split(",")
     results = []
     targets = ["engine"] + (["gateway"] if a.gateway else [])
@@ -308,14 +325,14 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"engine": os.path.basename(a.engine), "model": os.path.basename(a.model),
                        "engine_args": a.engine_arg, "results": results}, f, indent=1)
-    print("\n%-8s %-12s %-22s %9s %11s %11s %10s %10s" % ("target", "scenario", "case", "tok/s", "TTFT p50", "TTFT p99",
-                                                         "ITL p50", "ITL p99"))
+    print("\n%-8s %-12s %-22s %9s %11s %11s %10s %10s %6s %9s" % ("target", "scenario", "case", "tok/s", "TTFT p50",
+                                                                 "TTFT p99", "ITL p50", "ITL p99", "HBM", "limit"))
     for r in results:
         if r["scenario"] == "concurrency":
             case = "c=%d lp=%d" % (r["concurrency"], r["logprobs"])
-            print("%-8s %-12s %-22s %9.1f %9.2fms %9.2fms %8.2fms %8.2fms" % (
+            print("%-8s %-12s %-22s %9.1f %9.2fms %9.2fms %8.2fms %8.2fms %6.3f %9.1f" % (
                 r["target"], r["scenario"], case, r["tok_s"], r["ttft_p50_ms"], r["ttft_p99_ms"], r["itl_p50_ms"] or 0,
-                r["itl_p99_ms"] or 0))
+                r["itl_p99_ms"] or 0, r.get("hbm_share", 0), r.get("limit_tok_s", 0)))
         else:
             rest = {k: v for k, v in r.items() if k not in ("target", "scenario")}
             print("%-8s %-12s %s" % (r["target"], r["scenario"], json.dumps(rest)))

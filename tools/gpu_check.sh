@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# One self-contained GPU run (for the H200 device machine): device sampler check, correctness of
+# One self-contained GPU run (any machine with an H200, sm_90a): device sampler check, correctness of
 # loom-engine-cuda on the shared test models against the references and the CPU engine, random
 # Llama-3-8B-shaped models (F16, Q4_K_M) generated into /dev/shm, the CPU-vs-GPU greedy check on
 # them, and the benchmarks (tools/bench_gpu.py). Logs go to $OUT (or ./gpu-out) as it runs, and a
 # summary is printed last.
 #
-# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler small small16 gen check8b bench sass ncu
-# (default: all). small checks the F32 KV pool (--kv-f32) against the tolerances of the CPU
+# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler small small16 gen check8b core
+# serving bench sass ncu (default: all but serving); CHECK8B_ARGS is one engine option for
+# check8b (e.g. --kv-f32). core runs tests/e2e/test_engine_core.py's
+# batching/chunking/prefix/preemption cases on loom-engine-cuda; serving runs
+# tools/bench_serving.py at the engine protocol (SERVING_RUNS, SERVING_MODELS, SERVING_OPTS). small checks the F32 KV pool (--kv-f32) against the tolerances of the CPU
 # engine, small16 the default F16 pool against its own. bench also times the variants in
 # $BENCH_VARIANTS (bench_gpu.py --variant NAME:ARGS: the F32 pool and --batch-invariant by
 # default); BENCH_SKIP_GATEWAY=1 leaves out the gateway figures. sass writes the single-row
@@ -17,15 +20,46 @@
 #   BIN=DIR        prebuilt, in DIR. Shared libraries they need that this machine lacks (e.g.
 #                  the ICU of the build machine, for loom-gateway) may be carried in DIR/lib,
 #                  which goes on LD_LIBRARY_PATH; a DIR/lib/*.tar.xz is unpacked there first.
-#   BUILD_DIR=DIR  built here: scripts/build.sh DIR -DLOOM_CUDA=ON (needs nvcc and the packages
-#                  of scripts/install-deps.sh); BIN is then DIR/bin.
+#   BUILD_DIR=DIR  built here: cmake -DLOOM_CUDA=ON (Release, Ninja; needs nvcc), with
+#                  -DLOOM_GATEWAY=OFF where RapidJSON, PCRE2 or ICU are missing; LOOM_JOBS jobs
+#                  (default nproc); BIN is then DIR/bin. FALLBACK_BIN=DIR2 (optional) supplies
+#                  the binaries this machine could not build (loom-engine-cpu without Boost),
+#                  its DIR2/lib goes on LD_LIBRARY_PATH, and its binaries run if the build fails.
 # The small models and references are read from $DATA (models/, reference/; default the shared
 # folder: $LOOM_SHARED_DIR, else ../shared beside the repository).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+T_START=$(date +%s)  # BUDGET_S (below) counts from here, the build included
 if [ -n "${BUILD_DIR:-}" ]; then
-  scripts/build.sh "$BUILD_DIR" -DLOOM_CUDA=ON || { echo "gpu_check: the build in $BUILD_DIR failed" >&2; exit 1; }
+  # A GPU machine may have CUDA, CMake and Ninja but not the gateway's RapidJSON, PCRE2 or ICU
+  # (or Boost): without them configure with LOOM_GATEWAY=OFF and build only the targets there are.
+  gw=ON
+  { [ -f /usr/include/rapidjson/document.h ] && pkg-config --exists libpcre2-8 icu-uc; } 2>/dev/null || gw=OFF
+  t0=$(date +%s)
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DLOOM_GATEWAY=$gw \
+    >"${OUT:-/tmp}/configure.log" 2>&1 || { tail -30 "${OUT:-/tmp}/configure.log" >&2; echo "gpu_check: configure failed" >&2; }
+  have=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | sed -n 's/^\(loom-[a-z0-9-]*\): phony$/\1/p')
+  want_t=()
+  for t in loom-engine-cuda loom-engine-cpu loom-make-model loom-gpu-bench loom-gpu-sampler-test loom-gateway; do
+    grep -qx "$t" <<<"$have" && want_t+=("$t")
+  done
   BIN="$BUILD_DIR/bin"
+  if [ ${#want_t[@]} -gt 0 ] && ninja -C "$BUILD_DIR" -j "${LOOM_JOBS:-$(nproc)}" "${want_t[@]}" >"${OUT:-/tmp}/build.log" 2>&1; then
+    echo "gpu_check: built ${want_t[*]} (LOOM_GATEWAY=$gw) in $(( $(date +%s) - t0 )) s"
+  else
+    tail -40 "${OUT:-/tmp}/build.log" >&2 2>/dev/null
+    echo "gpu_check: the build in $BUILD_DIR failed" >&2
+    [ -x "${FALLBACK_BIN:-}/loom-engine-cuda" ] || exit 1
+    echo "gpu_check: running the prebuilt binaries of $FALLBACK_BIN instead" >&2
+    BIN="$FALLBACK_BIN"
+  fi
+  # A binary this machine could not build (loom-engine-cpu without Boost) comes from FALLBACK_BIN.
+  if [ -n "${FALLBACK_BIN:-}" ] && [ "$BIN" != "$FALLBACK_BIN" ]; then
+    for f in "$FALLBACK_BIN"/loom-*; do
+      [ -e "$BIN/$(basename "$f")" ] || { cp "$f" "$BIN/" && echo "gpu_check: $(basename "$f") from $FALLBACK_BIN"; }
+    done
+  fi
+  [ -d "${FALLBACK_BIN:-}/lib" ] && export LD_LIBRARY_PATH="$(cd "$FALLBACK_BIN/lib" && pwd):${LD_LIBRARY_PATH:-}"
 fi
 if [ -z "${BIN:-}" ]; then
   echo "gpu_check: set BIN=DIR (prebuilt binaries) or BUILD_DIR=DIR (build here); see the header" >&2
@@ -43,12 +77,35 @@ if [ -d "$BIN/lib" ]; then
 fi
 export PYTHONUNBUFFERED=1
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler small small16 gen check8b bench sass ncu)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler small small16 gen check8b core bench sass ncu)
 BENCH_VARIANTS=${BENCH_VARIANTS:-"kvf32:--kv-f32 invariant:--batch-invariant"}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 
-want() { local s; for s in "${STAGES[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+# BUDGET_S: seconds this script may take from here; a stage that would start later than
+# BUDGET_S - STAGE_RESERVE_S (default 60) is skipped and noted, so the run ends inside a
+# wall-clock limit (a remote runner's, say) with its logs packed.
+# left N: N, or the seconds BUDGET_S leaves if fewer (at least 10): a stage's timeout.
+left() {
+  local l=$1
+  [ -n "${BUDGET_S:-}" ] && l=$(( BUDGET_S - ($(date +%s) - T_START) ))
+  [ "$l" -gt "$1" ] && l=$1
+  [ "$l" -lt 10 ] && l=10
+  echo "$l"
+}
+want() {
+  local s
+  for s in "${STAGES[@]}"; do
+    if [ "$s" = "$1" ]; then
+      if [ -n "${BUDGET_S:-}" ] && [ $(( $(date +%s) - T_START )) -gt $(( BUDGET_S - ${STAGE_RESERVE_S:-60} )) ]; then
+        note "stage $1 skipped: out of time ($(( $(date +%s) - T_START )) s of BUDGET_S=$BUDGET_S)"
+        return 1
+      fi
+      return 0
+    fi
+  done
+  return 1
+}
 note() { echo "$*" | tee -a "$SUMMARY"; }
 stamp() { echo "=== $(date +%T) $*"; }
 
@@ -89,9 +146,41 @@ main() {
     for t in q4_k_m f16; do
       stamp "8B greedy check $t (GPU vs CPU engine)"
       timeout 240 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" \
-        --cpu-engine "$BIN/loom-engine-cpu" --model8b "$SHM/llama3-8b-$t.gguf" --steps "${STEPS8B:-64}" 2>&1 |
+        --cpu-engine "$BIN/loom-engine-cpu" --model8b "$SHM/llama3-8b-$t.gguf" --steps "${STEPS8B:-64}" \
+        ${CHECK8B_ARGS:+"--engine-arg=$CHECK8B_ARGS"} 2>&1 |
         tee "$OUT/check8b-$t.log"
       note "$(grep '^8B check' "$OUT/check8b-$t.log")"
+    done
+  fi
+  if want core; then
+    # The engine core v2 checks of tests/e2e/test_engine_core.py (alone, among 15 others, chunked
+    # by 16, preempted, behind a cached prefix; cancel frees blocks) on loom-engine-cuda: bitwise
+    # with --batch-invariant, logprobs within 2e-3 without.
+    stamp "engine core v2 on loom-engine-cuda (tests/e2e/test_engine_core.py EngineCore)"
+    LOOM_BIN="$BIN" LOOM_SHARED="$DATA" LOOM_CORE_ENGINE="$BIN/loom-engine-cuda" LOOM_CORE_TOL=2e-3 \
+      timeout 300 python3 tests/e2e/test_engine_core.py -v EngineCore 2>&1 | tee "$OUT/core.log"
+    note "engine core v2 (CUDA): $(grep -E '^(OK|FAILED)' "$OUT/core.log" | tail -1)"
+    grep -E '^(FAIL|ERROR):' "$OUT/core.log" >>"$SUMMARY"
+  fi
+  if want serving; then
+    # tools/bench_serving.py at the engine protocol, one run per SERVING_RUNS entry
+    # (model|name|scenarios|engine args|bench options, ';'-separated; model is f16 or q4_k_m,
+    # the llama3-8b files of the gen stage), SERVING_OPTS added to every run's options. Every run
+    # gets --parallel 256 first (the default is 64), so that c = 256 runs all at once.
+    local runs r t name scen args opts a
+    IFS=';' read -ra runs <<<"${SERVING_RUNS:-q4_k_m|base|concurrency,prefix||}"
+    for r in "${runs[@]}"; do
+      IFS='|' read -r t name scen args opts <<<"$r"
+      want serving || break
+      stamp "serving $t $name: $scen (engine: $args; bench: $opts)"
+      local eargs=(--engine-arg=--parallel=256)
+      for a in $args; do eargs+=("--engine-arg=$a"); done
+      # shellcheck disable=SC2086
+      timeout "$(left "${SERVING_TIMEOUT:-300}")" python3 tools/bench_serving.py --engine "$BIN/loom-engine-cuda" \
+        --model "$SHM/llama3-8b-$t.gguf" --scenarios "$scen" "${eargs[@]}" $opts ${SERVING_OPTS:-} \
+        --json "$OUT/serving-$t-$name.json" 2>&1 | tee "$OUT/serving-$t-$name.log"
+      note "serving $t $name ($scen; engine: $args; bench: $opts):"
+      sed -n '/^target /,$p' "$OUT/serving-$t-$name.log" >>"$SUMMARY"
     done
   fi
   if want bench; then
@@ -99,7 +188,7 @@ main() {
     local vargs=() v
     for v in $BENCH_VARIANTS; do vargs+=(--variant "$v"); done
     [ "${BENCH_SKIP_GATEWAY:-0}" = 1 ] && vargs+=(--skip-gateway)
-    timeout 420 python3 tools/bench_gpu.py --bin "$BIN" --models "$SHM/llama3-8b-f16.gguf" "$SHM/llama3-8b-q4_k_m.gguf" \
+    timeout "$(left 420)" python3 tools/bench_gpu.py --bin "$BIN" --models "$SHM/llama3-8b-f16.gguf" "$SHM/llama3-8b-q4_k_m.gguf" \
       --json "$OUT/bench.json" "${vargs[@]}" 2>&1 | tee "$OUT/bench.log"
     sed -n '/^== summary/,$p' "$OUT/bench.log" >>"$SUMMARY"
   fi
@@ -144,3 +233,8 @@ for n, c in counts.items():
 }
 
 main 2>&1 | tee "$OUT/log"
+# Everything but log and summary.txt goes in one archive, so that $OUT holds three files
+# (some remote runners return only a few files).
+( cd "$OUT" && ls | grep -vx -e log -e summary.txt -e logs.tar.xz >/tmp/gpu_check_files.txt &&
+  [ -s /tmp/gpu_check_files.txt ] && tar cJf logs.tar.xz -T /tmp/gpu_check_files.txt &&
+  xargs rm -rf </tmp/gpu_check_files.txt ) || true

@@ -6,6 +6,10 @@ T lines must be identical and its LP/PLP values bitwise equal with --batch-invar
 1e-5 without). Prefix reuse: a request sharing 4 full blocks with an earlier one reports
 cached_tokens and matches a cold run; through the gateway, usage.prompt_tokens_details. Two
 models: stories260K (F32) and TinyStories-656K (Q8_0), both with grouped-query attention.
+
+LOOM_CORE_ENGINE runs the EngineCore cases on another engine (tools/gpu_check.sh's `core` stage:
+loom-engine-cuda), LOOM_CORE_TOL sets the logprob tolerance without --batch-invariant (the
+GPU's is 2e-3, issue 10 item 9).
 """
 import os
 import random
@@ -17,7 +21,8 @@ import unittest
 import loomtest
 from loomtest import shared
 
-ENGINE = os.path.join(loomtest.BIN, "loom-engine-cpu")
+ENGINE = os.environ.get("LOOM_CORE_ENGINE") or os.path.join(loomtest.BIN, "loom-engine-cpu")
+TOL = float(os.environ.get("LOOM_CORE_TOL", "1e-5"))
 MODELS = {"stories260K": (shared("models/stories260K.gguf"), 512),
           "TinyStories-656K-Q8_0": (shared("models/TinyStories-656K-Q8_0.gguf"), 2048)}
 
@@ -108,7 +113,7 @@ class EngineCore(unittest.TestCase):
         return reqs
 
     def assert_same(self, got, want, exact, what):
-        """T lines identical; LP/PLP values bitwise equal (`exact`) or within 1e-5."""
+        """T lines identical; LP/PLP values bitwise equal (`exact`) or within TOL (1e-5)."""
         self.assertEqual(len(got), len(want), what)
         for g, w in zip(got, want):
             if exact or not g.startswith(("LP ", "PLP ")):
@@ -124,7 +129,7 @@ class EngineCore(unittest.TestCase):
                 if a == "-" or b == "-":
                     self.assertEqual(a, b, what)
                 else:
-                    self.assertLessEqual(abs(float(a) - float(b)), 1e-5, what)
+                    self.assertLessEqual(abs(float(a) - float(b)), TOL, what)
 
     def check_model(self, name, invariant):
         model, n_vocab = MODELS[name]

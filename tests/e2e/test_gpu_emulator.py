@@ -26,8 +26,8 @@ EMU = os.path.join(loomtest.BIN, "loom-engine-gpuemu")
 SAMPLER = os.path.join(loomtest.BIN, "loom-gpu-sampler-test-emu")
 STORIES = "models/stories260K.gguf"
 # Set by CMake in a sanitizer build, where the emulator runs about ten times slower: the wide
-# and long-row cases then run one model type and one decode path each (every kernel family
-# still runs under ASan; the Release build runs them all).
+# models are left out and the long-row case runs one model type (Q4_K_M: Q4_K and Q6_K) and one
+# decode path; the Release build runs them all.
 SANITIZED = os.environ.get("LOOM_SANITIZED") == "1"
 
 
@@ -131,9 +131,10 @@ class GpuEmulator(unittest.TestCase):
     def test_f32_model_f16_kv(self):
         self.check(STORIES, "reference/stories260K.json", 5e-2)
 
+    @unittest.skipIf(SANITIZED, "the wide models' 32 heads take minutes under ASan; the long-row case runs Q4_K and Q6_K")
     def test_quantized_models(self):
         # One prompt each: the emulator runs the wide models' 32 heads slowly.
-        for t in ("q4_k",) if SANITIZED else ("q8_0", "q4_k", "q6_k"):
+        for t in ("q8_0", "q4_k", "q6_k"):
             with self.subTest(type=t):
                 self.check(f"models/wide/stories260K-wide-{t}.gguf", f"reference/stories260K-wide-{t}.json", 2e-2, 1,
                            ["--kv-f32"])

@@ -38,7 +38,7 @@ namespace loom::gpu {
 struct GpuOptions {
     int32_t n_ctx = 0;              ///< 0: the model's training context
     std::string engine_name = "loom-engine-cuda";
-    int max_slots = 8;              ///< sequences running at once (--parallel)
+    int max_slots = 64;             ///< sequences running at once (--parallel)
     int max_step_tokens = 2048;     ///< tokens one step evaluates at most, over all its rows
     int64_t kv_tokens = 0;          ///< KV pool size in positions; 0: kv_fraction of the free memory
     double kv_fraction = 0.9;       ///< share of the device memory free after weights and buffers
@@ -168,7 +168,9 @@ private:
     // ---- step state ----
     std::unique_ptr<SlotSampler> sampler_;
     std::vector<int> flat_start_;     // per plan row: its first flat token row
-    int n_dec_ = 0;                   // flat rows 0..n_dec_-1 are 1-token rows (decode attention)
+    int n_dec_ = 0;                   // flat rows 0..n_dec_-1: 1-token rows and short chunks (decode attention)
+    /// Chunks of at most this many tokens go through split-K decode attention, one row per query.
+    static constexpr int kShortChunkRows = 32;
     int splits_ = 1;                  // decode attention splits this step
     bool pure_decode_ = false;        // every row: one token, sampled, not scored; sampled row i = flat row i
     int nblk_ = 1;                    // sampler stage-1 blocks this step

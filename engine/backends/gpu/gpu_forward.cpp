@@ -132,7 +132,12 @@ void GpuBackend::attention(int T, int layer) {
         }
         return;
     }
-    attn_decode(qkv_, ld_qkv_, rows_.dev, n_dec_, layer, sh_, kv_, splits_, part_, att_, ld_att_, stream_);
+    // The 1-token rows and the short chunks' rows (build_rows), part_rows_ at a time.
+    for (int g0 = 0; g0 < n_dec_; g0 += part_rows_) {
+        const int n = std::min(part_rows_, n_dec_ - g0);
+        attn_decode(qkv_ + static_cast<int64_t>(g0) * ld_qkv_, ld_qkv_, rows_.dev + g0, n, layer, sh_, kv_, splits_,
+                    part_, att_ + static_cast<int64_t>(g0) * ld_att_, ld_att_, stream_);
+    }
     attn_prefill(qkv_, ld_qkv_, tiles_.dev, static_cast<int>(tiles_.n), layer, sh_, kv_, att_, ld_att_, stream_);
 }
 

@@ -24,7 +24,7 @@ const char* kUsage =
     "  -h, --help             print this help and exit\n"
     "  -m, --model FILE       GGUF model file (required); weight types f32, f16, bf16, q8_0, q4_K, q6_K\n"
     "  -c, --ctx N            context length in tokens (0: the model's training context)\n"
-    "  -p, --parallel N       sequences running at once (default 8); more wait in line\n"
+    "  -p, --parallel N       sequences running at once (default 64); more wait in line\n"
     "  --max-batch-tokens N   tokens one step evaluates, decodes and prefill chunks together; longer\n"
     "                         prompts are prefilled in chunks (default 2048)\n"
     "  --prefill-chunk N      the same as --max-batch-tokens (its former name)\n"
