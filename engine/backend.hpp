@@ -17,12 +17,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "engine/sampler.hpp"
+#include "grammar/vocab.hpp"
 
 namespace loom::engine {
 
@@ -34,6 +36,9 @@ struct ModelInfo {
     int32_t n_ctx = 0;     ///< longest sequence served (prompt + completion), tokens
     int32_t bos = -1, eos = -1;
     std::vector<int32_t> eog;  ///< end-of-generation ids
+    /// Each token's bytes and the end ids, for grammars (docs/protocol.md, "Grammars"); null
+    /// when the backend cannot apply a token mask (then the engine does not announce `grammar`).
+    std::shared_ptr<const grammar::VocabBytes> vocab_bytes;
 };
 
 /// The paged KV cache's geometry, fixed when the backend is made.
@@ -60,6 +65,10 @@ struct StepRow {
     /// then counts it as an output token), drawing with `u`, uniform in [0, 1) (sampler.hpp).
     bool sample = false;
     double u = 0;
+    /// With `sample`: the grammar's token mask for this draw (sampler.hpp sample_logits: bit
+    /// id % 32 of word id / 32 set = allowed), ceil(n_vocab / 32) words; empty: no grammar.
+    /// Only given to a backend whose ModelInfo::vocab_bytes is set.
+    std::span<const uint32_t> mask;
     /// Prompt logprobs (the PLP lines): when prompt_k >= 0, for each j < targets.size(),
     /// score targets[j] (the prompt token at pos0 + j + 1) from the raw logits at pos0 + j,
     /// with the top prompt_k alternatives (sampler.hpp score_token). targets.size() is

@@ -66,7 +66,8 @@ namespace {
 // output that are < n_vocab (read only when the repetition penalty is on), `output_counts`
 // each output id's count.
 SampleResult sample_core(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> repeated,
-                         const std::unordered_map<int32_t, int32_t>& output_counts, double u, SamplerScratch& scratch) {
+                         const std::unordered_map<int32_t, int32_t>& output_counts, double u, SamplerScratch& scratch,
+                         std::span<const uint32_t> mask) {
     check_finite(logits);
     const auto n_vocab = static_cast<int32_t>(logits.size());
 
@@ -88,6 +89,16 @@ SampleResult sample_core(std::span<const float> logits, const SamplingParams& p,
     if (want_lp && !p.processed_logprobs) {
         raw_lz = log_sum_exp(cand);
         raw_top = best_k(cand, k_lp);
+    }
+    // A grammar's mask narrows what is sampled (and the processed distribution), after the
+    // raw logprobs: those stay the model's own.
+    if (!mask.empty()) {
+        if (mask.size() * 32 < logits.size()) throw std::invalid_argument("token mask shorter than the vocabulary");
+        std::erase_if(cand, [&](const std::pair<float, int32_t>& c) {
+            const auto id = static_cast<uint32_t>(c.second);
+            return ((mask[id >> 5] >> (id & 31)) & 1u) == 0;
+        });
+        if (cand.empty()) throw std::runtime_error("the grammar allows none of the request's candidate tokens");
     }
 
     // Processed logits, in place: bias, penalties, temperature.
@@ -204,7 +215,7 @@ SampleResult sample_core(std::span<const float> logits, const SamplingParams& p,
 }  // namespace
 
 SampleResult sample_logits(std::span<const float> logits, const SamplingParams& p, const TokenHistory& history,
-                           double u, SamplerScratch& scratch) {
+                           double u, SamplerScratch& scratch, std::span<const uint32_t> mask) {
     std::vector<int32_t> repeated;
     if (p.repetition_penalty != 1.0f) {
         std::vector<char> seen(logits.size(), 0);
@@ -215,7 +226,7 @@ SampleResult sample_logits(std::span<const float> logits, const SamplingParams& 
                     repeated.push_back(id);
                 }
     }
-    return sample_core(logits, p, repeated, history.output_counts, u, scratch);
+    return sample_core(logits, p, repeated, history.output_counts, u, scratch, mask);
 }
 
 void PenaltyState::reset(int32_t n_vocab, bool repetition, std::span<const int32_t> prompt,
@@ -242,10 +253,10 @@ void PenaltyState::add_output(int32_t id) {
 }
 
 SampleResult sample_logits(std::span<const float> logits, const SamplingParams& p, const PenaltyState& state,
-                           double u, SamplerScratch& scratch) {
+                           double u, SamplerScratch& scratch, std::span<const uint32_t> mask) {
     if (p.repetition_penalty != 1.0f && !state.tracks_repetition())
         throw std::logic_error("PenaltyState made without repetition tracking");
-    return sample_core(logits, p, state.repeated(), state.output_counts(), u, scratch);
+    return sample_core(logits, p, state.repeated(), state.output_counts(), u, scratch, mask);
 }
 
 }  // namespace loom::engine

@@ -95,14 +95,22 @@ struct SamplerScratch {
 /// u * (total kept probability). Fills logprob/top when params.n_logprobs >= 0 (top
 /// has min(K, candidate count) entries). Throws std::runtime_error when the logits
 /// contain NaN (the engine turns that into an ERR line).
+///
+/// `mask` (a grammar's token mask: bit id % 32 of word id / 32 set = allowed; at least
+/// ceil(n_vocab / 32) words, else std::invalid_argument; empty: no mask) removes candidates
+/// after the raw logprobs are taken and before the processed logits: raw logprobs stay the
+/// model's distribution over the candidate set (the vocabulary or `allowed`), the processed
+/// ones and the sampled token are over the masked set. std::runtime_error when the mask
+/// leaves no candidate.
 SampleResult sample_logits(std::span<const float> logits, const SamplingParams& params,
-                           const TokenHistory& history, double u, SamplerScratch& scratch);
+                           const TokenHistory& history, double u, SamplerScratch& scratch,
+                           std::span<const uint32_t> mask = {});
 
 /// sample_logits() with the penalties read from `state` (same result as with a TokenHistory of
 /// the same prompt and output). Throws std::logic_error when params asks for a repetition
-/// penalty that `state` does not track, std::runtime_error on NaN logits.
+/// penalty that `state` does not track, std::runtime_error on NaN logits; `mask` as above.
 SampleResult sample_logits(std::span<const float> logits, const SamplingParams& params, const PenaltyState& state,
-                           double u, SamplerScratch& scratch);
+                           double u, SamplerScratch& scratch, std::span<const uint32_t> mask = {});
 
 /// Raw logprob of `token` and the top-k raw (token, logprob) pairs over the whole
 /// vocabulary (prompt logprobs). Throws std::runtime_error on NaN logits.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "grammar/matcher.hpp"
+
 namespace loom::engine {
 
 namespace proto = loom::protocol;
@@ -22,6 +24,8 @@ struct Scheduler::Seq {
     int64_t cached_tokens = -1;   // prompt tokens reused at the first admission; -1 before it
     bool planned = false;         // has a row in the current plan
     bool ended = false;
+    std::unique_ptr<grammar::Matcher> matcher;  // the request's grammar, at its output so far
+    std::vector<uint32_t> mask;                 // the matcher's mask for this step's draw
 
     int64_t output() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
     int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
@@ -37,7 +41,8 @@ double uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) *
 Scheduler::Scheduler(Backend& backend, SchedulerOptions opts)
     : backend_(backend),
       info_(backend.info()),
-      kv_(std::max<int64_t>(backend.kv().n_blocks, 1), std::max<int32_t>(backend.kv().block_tokens, 1)) {
+      kv_(std::max<int64_t>(backend.kv().n_blocks, 1), std::max<int32_t>(backend.kv().block_tokens, 1)),
+      grammars_(backend.info().vocab_bytes) {
     const KvGeometry& g = backend.kv();
     if (g.n_blocks < 1 || g.block_tokens < 1 || g.max_slots < 1 || g.max_step_tokens < 1)
         throw std::invalid_argument("backend KV geometry without blocks, slots or step tokens");
@@ -65,11 +70,27 @@ void Scheduler::submit(SeqRequest r, Lines& out) {
     else if (static_cast<int64_t>(r.prompt.size()) > info_.n_ctx)
         err = "prompt of " + std::to_string(r.prompt.size()) + " tokens exceeds the context of " +
               std::to_string(info_.n_ctx);
+    std::unique_ptr<grammar::Matcher> matcher;
+    if (err.empty() && r.grammar) {
+        if (!grammars_.available()) {
+            err = "this engine does not support grammar=";
+        } else {
+            try {
+                matcher = std::make_unique<grammar::Matcher>(grammars_.compile(*r.grammar));
+            } catch (const std::exception& e) {
+                err = std::string("grammar does not compile: ") + e.what();
+            }
+        }
+    }
     if (!err.empty()) {
         out.emplace_back(proto::Error{r.id, err});
         return;
     }
     auto s = std::make_unique<Seq>();
+    if (matcher) {
+        s->mask.assign(matcher->mask_words(), 0);
+        s->matcher = std::move(matcher);
+    }
     s->n_prompt = static_cast<int64_t>(r.prompt.size());
     s->tokens = r.prompt;
     const int64_t room = info_.n_ctx - s->n_prompt;
@@ -119,6 +140,12 @@ void Scheduler::add_row(Seq& s, int64_t n) {
     if (r.pos0 + n == static_cast<int64_t>(s.tokens.size()) && s.output() < s.max_out) {
         r.sample = true;
         r.u = uniform(s.rng);
+        if (s.matcher) {
+            s.matcher->fill_mask(s.mask);
+            if (s.req.ignore_eos)
+                for (int32_t id : info_.eog) s.mask[static_cast<size_t>(id) >> 5] &= ~(1u << (id & 31));
+            r.mask = s.mask;
+        }
     }
     if (s.req.prompt_logprobs && s.plp_next < s.n_prompt) {
         // Targets: the prompt tokens at pos0 + 1 .., as far as the prompt and this chunk go.
@@ -304,11 +331,16 @@ void Scheduler::complete(const StepOutput& result, Lines& out) {
             finish(s, "stop", out);
             continue;
         }
+        if (s.matcher && !s.matcher->advance(t.token)) {
+            error(s, "the backend sampled token " + std::to_string(t.token) + ", which the grammar does not allow", out);
+            continue;
+        }
         s.tokens.push_back(t.token);
         ++stats_.generated_tokens;
         out.emplace_back(proto::Token{s.req.id, t.token});
         if (s.req.params.n_logprobs >= 0) out.emplace_back(proto::Logprobs{s.req.id, t.logprob, t.top});
-        if (s.output() >= s.max_out) finish(s, "length", out);
+        if (s.matcher && s.matcher->is_done()) finish(s, "stop", out);  // the grammar allows nothing more
+        else if (s.output() >= s.max_out) finish(s, "length", out);
     }
     remove_ended();
 }

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "engine/backend.hpp"
+#include "engine/constraint.hpp"
 #include "engine/kv_cache.hpp"
 #include "protocol/protocol.hpp"
 
@@ -54,6 +55,7 @@ struct SeqRequest {
     std::optional<uint64_t> seed;      ///< absent: a random seed
     std::optional<int> prompt_logprobs;
     bool ignore_eos = false;
+    std::optional<protocol::GrammarSpec> grammar;  ///< absent: unconstrained
 };
 
 /// What /metrics will want; token counts are cumulative.
@@ -81,8 +83,13 @@ public:
     Scheduler& operator=(const Scheduler&) = delete;
 
     /// Queues a request, or appends `ERR <id> <reason>` to `out` when it is invalid: its id is
-    /// in use, a prompt, allowed or logit_bias id is out of range, or the prompt is longer than
-    /// the context (or the whole KV cache).
+    /// in use, a prompt, allowed or logit_bias id is out of range, the prompt is longer than
+    /// the context (or the whole KV cache), or its grammar does not compile (or the backend
+    /// has no vocab_bytes). A grammar is compiled here, on the caller's thread (cached by
+    /// ConstraintCompiler); the request then keeps a grammar::Matcher: each sampling row gets
+    /// its mask (end ids masked out under ignore_eos), the sampled token advances it, and the
+    /// request ends with `stop` once the grammar allows nothing more (docs/protocol.md,
+    /// "Grammars").
     void submit(SeqRequest r, Lines& out);
     /// Ends request `id` with `DONE <id> cancelled` and frees its blocks at once; an unknown
     /// id is ignored (its DONE crossed the CANCEL).
@@ -124,6 +131,7 @@ private:
     Backend& backend_;
     ModelInfo info_;
     KvCache kv_;
+    ConstraintCompiler grammars_;
     int32_t max_running_, budget_;
     std::vector<int32_t> free_slots_;
     std::unordered_map<std::string, std::unique_ptr<Seq>> seqs_;  // every request not ended, by id

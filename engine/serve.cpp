@@ -92,6 +92,7 @@ SeqRequest to_request(proto::Gen g) {
     r.seed = g.seed;
     r.prompt_logprobs = g.prompt_logprobs;
     r.ignore_eos = g.ignore_eos;
+    r.grammar = std::move(g.grammar);
     return r;
 }
 
@@ -121,6 +122,9 @@ protocol::Hello make_hello(const ModelInfo& info, const ServeOptions& opts) {
     h.eos = info.eos;
     h.eog = info.eog;
     h.caps = opts.caps;
+    // Grammars need the backend's token bytes (ModelInfo::vocab_bytes).
+    if (info.vocab_bytes && std::find(h.caps.begin(), h.caps.end(), proto::cap::kGrammar) == h.caps.end())
+        h.caps.push_back(proto::cap::kGrammar);
     h.max_logprobs = proto::kMaxLogprobs;
     return h;
 }

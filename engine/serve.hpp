@@ -19,7 +19,8 @@ struct ServeOptions {
     /// Tokens evaluated per step at most, decodes and prefill chunks together
     /// (--max-batch-tokens); 0: the backend's limit.
     int max_batch_tokens = 0;
-    /// Capabilities announced in HELLO (protocol.md, "Capabilities").
+    /// Capabilities announced in HELLO (protocol.md, "Capabilities"); `grammar` is added
+    /// when the backend gives ModelInfo::vocab_bytes.
     std::vector<std::string> caps = {protocol::cap::kLogprobs,  protocol::cap::kAllowed,
                                      protocol::cap::kCancel,    protocol::cap::kPromptLogprobs,
                                      protocol::cap::kPenalties, protocol::cap::kLogitBias,

@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "gateway/choice.hpp"
+#include "gateway/grammar_spec.hpp"
 #include "gateway/response_json.hpp"
 #include "gateway/sampling_params.hpp"
 #include "gateway/server.hpp"
@@ -46,7 +47,7 @@ void check_against_engine(const GenerationRequest& g, const protocol::Hello& h) 
          "penalties", "presence_penalty");
     need(s.processed_logprobs, cap::kProcessedLogprobs, "logprobs_mode=processed", "logprobs_mode");
     need(s.seed.has_value(), cap::kSeed, "seed", "seed");
-    if (g.constraint)  // the seam for the grammar engine: tool_request.hpp builds the constraint
+    if (g.constraint)  // tool_request.hpp builds the constraint, grammar_spec.hpp the GEN key
         need(true, cap::kGrammar,
              (std::string("grammar-constrained decoding, which '") + g.constraint->param + "' needs").c_str(),
              g.constraint->param.c_str());
@@ -75,6 +76,7 @@ std::variant<GenerationRequest, ApiError> build_request(App& app, const std::str
                               : endpoint == Endpoint::Responses     ? build_responses_request(body, ctx)
                                                                     : build_completion_request(body, ctx);
         check_against_engine(g, app.engine->hello());
+        if (g.constraint) g.sampling.grammar = grammar_spec(*g.constraint);  // 400 for what cannot be enforced
         return g;
     } catch (const ApiError& e) {
         return e;

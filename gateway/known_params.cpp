@@ -42,7 +42,7 @@ const std::vector<KnownParam>& known_params() {
         {"tools", H | R, Hon, ""},
         {"tool_choice", H | R, Hon, ""},
         {"parallel_tool_calls", H | R, Hon, ""},
-        {"response_format", C | H, Hon, ""},  // json_object / json_schema need the engine's grammar
+        {"response_format", C | H, Hon, ""},  // json_object / json_schema: the engine's grammar (grammar_spec.hpp)
         {"text", R, Hon, ""},
         {"reasoning_effort", H, Hon, ""},     // where the chat template reads it
         {"reasoning", R, Hon, ""},
@@ -82,10 +82,10 @@ const std::vector<KnownParam>& known_params() {
         {"return_token_ids", C | H, Hon, ""},
         {"chat_template_kwargs", H, Hon, ""},   // each key must be one the template reads
         {"add_generation_prompt", H, Hon, ""},
-        {"guided_json", C | H, Hon, ""},        // the guided_* and structured_outputs need the engine's grammar
+        {"guided_json", C | H, Hon, ""},        // the guided_* and structured_outputs: the engine's grammar
         {"guided_regex", C | H, Hon, ""},
         {"guided_choice", C | H, Hon, ""},
-        {"guided_grammar", C | H, Hon, ""},
+        {"guided_grammar", C | H, Hon, ""},     // parsed, then refused by grammar_spec.hpp (no grammar texts yet)
         {"structured_outputs", C | H, Hon, ""},
         // vLLM's extensions, changing nothing for loom.
         // vLLM's extensions, only at their defaults.

@@ -27,6 +27,7 @@ struct OutputConstraint {
         Choice,         ///< ... is one of the strings of a JSON array
         Grammar,        ///< ... follows a grammar (vLLM's guided_grammar text)
         ToolArguments,  ///< the arguments of calls to "strict" tools follow their schemas
+        TaggedJson,     ///< forced calls in the family's syntax: protocol kind tagged_json (its source JSON)
     };
     Kind kind = Kind::JsonSchema;
     std::string value;  ///< the schema, regex, JSON array of choices, grammar, or the strict tools as JSON

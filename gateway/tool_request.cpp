@@ -88,6 +88,32 @@ std::string forced_schema(const std::vector<FunctionTool>& tools, const std::str
            "\"items\":{\"anyOf\":[" + items + "]}}";
 }
 
+// Forced calls written in the family's own syntax (the tagged_json grammar kind), for the
+// families whose calls are tagged JSON objects; "" for the others (they get forced_schema's
+// JSON array and the constrained parser). Each call is {"name": <a tool>, "arguments": its
+// parameters}; with parallel calls, one or more.
+std::string forced_family_source(ToolFamily family, const std::vector<FunctionTool>& tools, const std::string* named,
+                                 bool parallel) {
+    if (family != ToolFamily::Hermes) return "";
+    // Appended piece by piece (GCC 12 warns falsely on "literal" + std::string, -Wrestrict).
+    std::string out = R"({"begin":"<tool_call>\n","end":"\n</tool_call>","separator":"\n","repeat":)";
+    out += parallel && !named ? "true" : "false";
+    out += R"(,"schema":{"anyOf":[)";
+    bool first = true;
+    for (const auto& t : tools) {
+        if (named && t.name != *named) continue;
+        if (!first) out += ',';
+        first = false;
+        out += R"({"type":"object","properties":{"name":{"const":")";
+        out += t.name;
+        out += R"("},"arguments":)";
+        out += t.parameters.empty() ? std::string(R"({"type":"object"})") : t.parameters;
+        out += R"(},"required":["name","arguments"],"additionalProperties":false})";
+    }
+    out += "]}}";
+    return out;
+}
+
 void set_constraint(std::optional<OutputConstraint>& c, OutputConstraint next) {
     if (c)
         bad(next.param, "'" + next.param + "' and '" + c->param +
@@ -221,10 +247,15 @@ OutputRequest parse_output_request(const Value& body, bool chat, const ChatForma
         }
     } else if (mode == "required" || mode == "named") {
         o.calls = true;
-        o.constrained = true;
-        if (mode == "named") o.function = named;
-        set_constraint(r.constraint, {OutputConstraint::Kind::JsonSchema,
-                                      forced_schema(r.tools, mode == "named" ? &named : nullptr, parallel), "tool_choice"});
+        const std::string* fn = mode == "named" ? &named : nullptr;
+        if (std::string src = forced_family_source(fmt.tools, r.tools, fn, parallel); !src.empty()) {
+            // The model writes the calls in its own syntax; the family's parser reads them.
+            set_constraint(r.constraint, {OutputConstraint::Kind::TaggedJson, std::move(src), "tool_choice"});
+        } else {
+            o.constrained = true;
+            if (fn) o.function = named;
+            set_constraint(r.constraint, {OutputConstraint::Kind::JsonSchema, forced_schema(r.tools, fn, parallel), "tool_choice"});
+        }
     }
 
     // chat_template_kwargs (every key one the template reads) and reasoning_effort.

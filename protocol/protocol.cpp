@@ -61,6 +61,12 @@ void append_pairs(std::string& out, const std::vector<TokenLogprob>& top) {
     }
 }
 
+// Grammar kinds: 1..32 bytes of [a-z0-9_].
+bool valid_grammar_kind(std::string_view k) {
+    if (k.empty() || k.size() > 32) return false;
+    return std::all_of(k.begin(), k.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+}
+
 std::string format_one(const Hello& h) {
     std::string s = "HELLO loom/" + std::to_string(h.version);
     s += " engine=" + encode_value(h.engine);
@@ -149,6 +155,11 @@ std::string format_one(const Gen& g) {
     }
     if (g.processed_logprobs) s += " logprobs_mode=processed";
     if (g.ignore_eos) s += " ignore_eos=1";
+    if (g.grammar) {
+        if (!valid_grammar_kind(g.grammar->kind))
+            throw std::invalid_argument("invalid grammar kind '" + g.grammar->kind + "'");
+        s += " grammar=" + g.grammar->kind + ":" + base64_encode(g.grammar->source);
+    }
     return s;
 }
 std::string format_one(const Cancel& c) {
@@ -413,6 +424,14 @@ GatewayLine parse_gateway(const std::vector<std::string_view>& parts) {
             else throw Bad{"logprobs_mode must be raw or processed"};
         } else if (k == "ignore_eos") {
             g.ignore_eos = parse_int<int>(v, k) != 0;
+        } else if (k == "grammar") {
+            const size_t colon = v.find(':');
+            if (colon == std::string_view::npos) throw Bad{"grammar must be <kind>:<base64 of the source>"};
+            const std::string_view kind = v.substr(0, colon);
+            if (!valid_grammar_kind(kind)) throw Bad{"grammar kind '" + std::string(kind) + "' is not 1..32 bytes of [a-z0-9_]"};
+            auto source = base64_decode(v.substr(colon + 1));
+            if (!source) throw Bad{"grammar source is not base64"};
+            g.grammar = GrammarSpec{std::string(kind), std::move(*source)};
         }
         // Unknown keys are skipped (forward compatibility).
     }
@@ -454,6 +473,50 @@ bool valid_id(std::string_view id) {
         return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
                c == '_' || c == '-';
     });
+}
+
+std::string base64_encode(std::string_view bytes) {
+    static const char* abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    out.reserve((bytes.size() + 2) / 3 * 4);
+    for (size_t i = 0; i < bytes.size(); i += 3) {
+        const size_t n = std::min<size_t>(3, bytes.size() - i);
+        uint32_t w = 0;
+        for (size_t j = 0; j < 3; ++j)
+            w = (w << 8) | (j < n ? static_cast<unsigned char>(bytes[i + j]) : 0u);
+        for (size_t j = 0; j < 4; ++j) out += j <= n ? abc[(w >> (18 - 6 * j)) & 63] : '=';
+    }
+    return out;
+}
+
+std::optional<std::string> base64_decode(std::string_view text) {
+    auto value = [](char c) -> int {
+        if (c >= 'A' && c <= 'Z') return c - 'A';
+        if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+        if (c >= '0' && c <= '9') return c - '0' + 52;
+        if (c == '+') return 62;
+        if (c == '/') return 63;
+        return -1;
+    };
+    if (text.size() % 4 != 0) return std::nullopt;
+    std::string out;
+    out.reserve(text.size() / 4 * 3);
+    for (size_t i = 0; i < text.size(); i += 4) {
+        const bool last = i + 4 == text.size();
+        size_t pad = 0;
+        if (last) pad = static_cast<size_t>(text[i + 3] == '=') + static_cast<size_t>(text[i + 2] == '=');
+        if (pad == 1 && text[i + 2] == '=') return std::nullopt;  // "x=y=" style
+        uint32_t w = 0;
+        for (size_t j = 0; j < 4; ++j) {
+            const int v = j < 4 - pad ? value(text[i + j]) : 0;
+            if (v < 0) return std::nullopt;
+            w = (w << 6) | static_cast<uint32_t>(v);
+        }
+        // Canonical: the bits that padding drops are zero.
+        if ((pad == 1 && (w & 0xff) != 0) || (pad == 2 && (w & 0xffff) != 0)) return std::nullopt;
+        for (size_t j = 0; j < 3 - pad; ++j) out += static_cast<char>((w >> (16 - 8 * j)) & 0xff);
+    }
+    return out;
 }
 
 std::string format_float(float v) {

@@ -35,7 +35,7 @@ inline constexpr char kPenalties[] = "penalties";                ///< presence, 
 inline constexpr char kLogitBias[] = "logit_bias";               ///< `logit_bias=`
 inline constexpr char kProcessedLogprobs[] = "processed_logprobs";  ///< `logprobs_mode=processed`
 inline constexpr char kSeed[] = "seed";                          ///< `seed=` gives reproducible sampling
-inline constexpr char kGrammar[] = "grammar";                    ///< grammar-constrained decoding (no engine yet)
+inline constexpr char kGrammar[] = "grammar";                    ///< `grammar=` (grammar-constrained decoding)
 inline constexpr char kPing[] = "ping";                          ///< PING, answered with PONG at once
 }  // namespace cap
 
@@ -118,6 +118,28 @@ using EngineLine = std::variant<Hello, Token, Logprobs, PromptLogprobs, Done, Er
 // ---------------------------------------------------------------------------
 // gateway -> engine
 
+/// A GEN line's `grammar=<kind>:<base64 of source>` (docs/protocol.md, "Grammars"): the
+/// constraint as the gateway states it; the engine compiles it against its own vocabulary.
+/// Known kinds: json_schema (source: a JSON Schema document), json_object (source empty),
+/// regex (an ECMAScript pattern matched in full), choice (a JSON array of strings),
+/// tagged_json (JSON values between literal tags: forced tool calls in a family's syntax). The
+/// protocol library carries any kind of 1..32 bytes of [a-z0-9_]; the engine refuses
+/// kinds it does not know with ERR.
+struct GrammarSpec {
+    std::string kind;
+    std::string source;  ///< any bytes (base64 on the line, RFC 4648 section 4)
+    bool operator==(const GrammarSpec&) const = default;
+};
+
+/// The grammar kinds of docs/protocol.md ("Grammars").
+namespace grammar_kind {
+inline constexpr char kJsonSchema[] = "json_schema";
+inline constexpr char kJsonObject[] = "json_object";
+inline constexpr char kRegex[] = "regex";
+inline constexpr char kChoice[] = "choice";
+inline constexpr char kTaggedJson[] = "tagged_json";
+}  // namespace grammar_kind
+
 /// `GEN <id> prompt=... [key=value ...]`: start generating for one request.
 struct Gen {
     std::string id;
@@ -137,6 +159,7 @@ struct Gen {
     std::vector<std::pair<TokenId, float>> logit_bias;
     bool processed_logprobs = false;   ///< logprobs_mode=processed
     bool ignore_eos = false;           ///< do not stop at end-of-generation ids
+    std::optional<GrammarSpec> grammar;  ///< absent: unconstrained
 };
 
 /// `CANCEL <id>`: stop the request; the engine answers with `DONE <id> cancelled`.
@@ -161,13 +184,20 @@ struct ParseError {
 
 /// Formats a line without its trailing newline. Throws std::invalid_argument for a
 /// value that cannot be written (a NaN float, an invalid request id, a GEN with an
-/// empty prompt, a DONE finish reason that is empty or holds whitespace).
+/// empty prompt or a grammar kind outside [a-z0-9_]{1,32}, a DONE finish reason that is
+/// empty or holds whitespace).
 std::string format(const EngineLine& line);
 std::string format(const GatewayLine& line);
 
 /// Parses one line (a trailing "\n" or "\r\n" is ignored). Never throws.
 std::variant<EngineLine, ParseError> parse_engine_line(std::string_view line);
 std::variant<GatewayLine, ParseError> parse_gateway_line(std::string_view line);
+
+/// Base64 (RFC 4648 section 4: the standard alphabet, '=' padding) of `bytes`.
+std::string base64_encode(std::string_view bytes);
+/// The bytes of base64 text `text` (padding required, no whitespace), or nullopt when it
+/// is not canonical base64.
+std::optional<std::string> base64_decode(std::string_view text);
 
 /// True when `id` is a valid request id: 1..64 bytes of [A-Za-z0-9._-].
 bool valid_id(std::string_view id);

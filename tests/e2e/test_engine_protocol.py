@@ -36,7 +36,19 @@ class EngineProtocol(unittest.TestCase):
         out = run_engine([])
         self.assertEqual(out, [
             "HELLO loom/1 engine=loom-engine-cpu backend=cpu model=llama n_vocab=512 n_ctx=2048 bos=1 eos=2 eog=2 "
-            "caps=logprobs,allowed,cancel,prompt_logprobs,penalties,logit_bias,processed_logprobs,seed,ping max_logprobs=20"])
+            "caps=logprobs,allowed,cancel,prompt_logprobs,penalties,logit_bias,processed_logprobs,seed,ping,grammar "
+            "max_logprobs=20"])
+
+    def test_grammar_lines(self):
+        # grammar=choice:["yes","no"] (base64): greedy picks a choice in two tokens and the request
+        # ends with stop as soon as the choice is complete; a source that is not base64 is a
+        # malformed line, one that does not compile an ERR saying why (docs/protocol.md).
+        out = run_engine(["GEN g prompt=1,403,407,261,378 max_tokens=12 temperature=0 grammar=choice:WyJ5ZXMiLCJubyJd",
+                          "GEN e prompt=1 grammar=regex:KGEpXDE=", "GEN f prompt=1 grammar=regex:YQ"])
+        d = by_id(out)
+        self.assertEqual(d["g"], ["T g 416", "T g 414", "DONE g stop prompt_tokens=5 completion_tokens=2"])
+        self.assertEqual(d["e"], ["ERR e grammar does not compile: regex: backreferences are not supported at offset 5"])
+        self.assertEqual(d["f"], ["ERR f grammar source is not base64"])
 
     def test_greedy_lines(self):
         out = run_engine(["GEN a prompt=1,403,407,261,378 max_tokens=4 temperature=0"])

@@ -69,14 +69,8 @@ class UnknownParameters(GatewayTestCase):
         status, body = self.chat(chat_template_kwargs={"enable_thinking": False})
         self.assertEqual(status, 400)
         self.assertIn("no chat template", error_message(body))
-        # Forced calls and JSON output need the engine's grammar capability.
-        for extra in ({"tools": TOOLS, "tool_choice": "required"},
-                      {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
-                      {"response_format": {"type": "json_object"}}):
-            status, body = self.chat(**extra)
-            self.assertEqual(status, 400, extra)
-            self.assertIn("grammar", error_message(body))
-            self.assertEqual(body["error"]["code"], "unsupported_by_engine")
+        # The CPU engine announces `grammar`: forced calls and JSON output are served
+        # (test_structured_output.py); HermesCalls checks the refusal by an engine without it.
 
 
 class ReplayCase(unittest.TestCase):
@@ -229,6 +223,19 @@ class HermesCalls(ReplayCase):
         lp = c["logprobs"]
         listed = lp["content"] + [e for t in lp["tool_calls"] for e in t["name"] + t["arguments"]]
         self.assertNotIn("<tool_call>", [e["token"] for e in listed])
+
+    def test_engine_without_grammar_refuses_forced_output(self):
+        # fake_engine.py does not announce `grammar`: forced calls and JSON output get 400.
+        self.replay(self.TEXT)
+        for extra in ({"tool_choice": "required"},
+                      {"tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+                      {"tools": None, "response_format": {"type": "json_object"}}):
+            body = {"model": self.model_id, "messages": MESSAGES, "tools": TOOLS}
+            body.update(extra)
+            status, body = self.gw.post("/v1/chat/completions", body)
+            self.assertEqual(status, 400, extra)
+            self.assertIn("grammar", error_message(body))
+            self.assertEqual(body["error"]["code"], "unsupported_by_engine")
 
     def test_one_call_when_parallel_calls_are_off(self):
         self.replay(self.TEXT)

@@ -142,13 +142,16 @@ TEST_CASE("tools and tool_choice: validation and what the output parser is told"
 }
 
 TEST_CASE("forced calls and response formats become one grammar constraint") {
-    OutputRequest r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})");
+    // Families without a tagged syntax (here llama3): a JSON Schema of the call(s), read by
+    // the constrained parser.
+    const ChatFormat llama3{ToolFamily::Llama3, ReasoningFamily::None};
+    OutputRequest r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})", llama3);
     REQUIRE(r.constraint);
     CHECK(r.constraint->param == "tool_choice");
     CHECK(r.constraint->value == R"({"type":"object","properties":{"city":{"type":"string"}}})");
     CHECK(r.output.constrained);
     CHECK(r.output.function == "get_weather");
-    r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": "required", "parallel_tool_calls": false})");
+    r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": "required", "parallel_tool_calls": false})", llama3);
     REQUIRE(r.constraint);
     CHECK(r.constraint->value ==
           R"({"type":"array","minItems":1,"maxItems":1,"items":{"anyOf":[{"type":"object","properties":{"name":{"const":"get_weather"},)"
@@ -156,6 +159,21 @@ TEST_CASE("forced calls and response formats become one grammar constraint") {
           R"({"type":"object","properties":{"name":{"const":"get_time"},"parameters":{"type":"object"}},"required":["name","parameters"]}]}})");
     CHECK_FALSE(r.output.function);
     CHECK(json(r.constraint->value).IsObject());  // it is JSON
+    // Hermes: the calls in its own syntax (tagged_json), read by the Hermes parser.
+    r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}}})");
+    REQUIRE(r.constraint);
+    CHECK(r.constraint->kind == OutputConstraint::Kind::TaggedJson);
+    CHECK(r.constraint->value ==
+          R"({"begin":"<tool_call>\n","end":"\n</tool_call>","separator":"\n","repeat":false,"schema":{"anyOf":[)"
+          R"({"type":"object","properties":{"name":{"const":"get_time"},"arguments":{"type":"object"}},)"
+          R"("required":["name","arguments"],"additionalProperties":false}]}})");
+    CHECK_FALSE(r.output.constrained);
+    CHECK(r.output.calls);
+    r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": "required"})");
+    REQUIRE(r.constraint);
+    CHECK(r.constraint->value.find(R"("repeat":true)") != std::string::npos);
+    CHECK(r.constraint->value.find(R"({"const":"get_weather"})") != std::string::npos);
+    CHECK(json(r.constraint->value).IsObject());
     r = output_of(R"({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer"}}}})");
     REQUIRE(r.constraint);
     CHECK(r.constraint->kind == OutputConstraint::Kind::JsonSchema);

@@ -19,6 +19,7 @@
 #include "engine/backends/cpu/thread_pool.hpp"
 #include "engine/kv_layout.hpp"
 #include "engine/llama_weights.hpp"
+#include "grammar/token_pieces.hpp"
 #include "model/gguf/vocab.hpp"
 #include "model/quant/quant.hpp"
 
@@ -102,6 +103,7 @@ public:
         info_.bos = vocab.bos;
         info_.eos = vocab.eos;
         info_.eog = vocab.eog;
+        info_.vocab_bytes = vocab_bytes(vocab, hp.n_vocab);
         kv_dim_ = int64_t{hp.n_head_kv} * hp.head_dim;
 
         const int64_t kv_tokens = opts.kv_tokens > 0 ? opts.kv_tokens : default_kv_tokens();
@@ -190,6 +192,18 @@ private:
         int32_t target;  // index into row's targets, or -1: sample
     };
 
+    // The bytes each token adds to the text, from the GGUF token texts (grammars need them).
+    static std::shared_ptr<const grammar::VocabBytes> vocab_bytes(const model::Vocab& vocab, int32_t n_vocab) {
+        std::vector<int32_t> types;
+        types.reserve(vocab.types.size());
+        for (model::TokenType t : vocab.types) types.push_back(static_cast<int32_t>(t));
+        if (!types.empty() && types.size() != vocab.tokens.size()) types.clear();
+        const auto spelling = vocab.kind == model::VocabKind::Bpe ? grammar::PieceSpelling::ByteLevel
+                                                                  : grammar::PieceSpelling::SentencePiece;
+        return std::make_shared<const grammar::VocabBytes>(
+            grammar::token_bytes_from_pieces(vocab.tokens, types, spelling), vocab.eog, n_vocab);
+    }
+
     int64_t default_kv_tokens() const {
         const auto& hp = w_.hp;
         const int64_t bytes_per_token = int64_t{hp.n_layer} * 2 * kv_dim_ * static_cast<int64_t>(sizeof(float));
@@ -219,6 +233,8 @@ private:
                 const int32_t id = r.blocks[static_cast<size_t>(b)];
                 if (id < 0 || id >= geo_.n_blocks) throw std::invalid_argument("block id " + std::to_string(id) + " out of range");
             }
+            if (!r.mask.empty() && r.mask.size() * 32 < static_cast<size_t>(info_.n_vocab))
+                throw std::invalid_argument("token mask shorter than the vocabulary");
             if (r.prompt_k >= 0) {
                 if (r.targets.size() > r.tokens.size() || r.prompt_k > 20)
                     throw std::invalid_argument("prompt scoring of a step row is malformed");
@@ -355,7 +371,7 @@ private:
                             engine::score_token(logits, r.targets[static_cast<size_t>(w.target)], r.prompt_k);
                     } else {
                         const Slot& s = slots_[static_cast<size_t>(r.slot)];
-                        out.sampled[static_cast<size_t>(w.row)] = engine::sample_logits(logits, s.params, s.penalties, r.u, scratch);
+                        out.sampled[static_cast<size_t>(w.row)] = engine::sample_logits(logits, s.params, s.penalties, r.u, scratch, r.mask);
                     }
                 } catch (const std::exception& e) {
                     // Rows fail independently; several wants of one row may fail at once.

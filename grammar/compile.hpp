@@ -1,0 +1,68 @@
+// The entry points: constraints (JSON Schema, JSON object, regex, choice) to a Grammar, and the
+// line-safe text form in which a constraint travels to an engine.
+//
+// The gateway sends the constraint itself, not a compiled automaton: the engine compiles it
+// against its own vocabulary (compile() here, then TokenAutomaton). Constraint::to_text() is
+// `json_object`, `json_schema:<schema JSON>`, `regex:<pattern>` or `choice:<JSON array of
+// strings>`, percent-encoded so that it holds no byte <= 0x20, no 0x7F and no '%' (the
+// escaping of loom protocol text values, docs/protocol.md "Lines").
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grammar/grammar.hpp"
+#include "grammar/json_schema.hpp"
+
+namespace loom::grammar {
+
+/// JSON text valid against the JSON Schema `schema_json` (see json_schema.hpp for the
+/// subset). Throws SchemaError (a GrammarError) for what it cannot compile.
+Grammar compile_json_schema(std::string_view schema_json, const JsonOptions& opts = {});
+
+/// Any JSON object (OpenAI `response_format: {"type": "json_object"}`).
+Grammar compile_json_object(const JsonOptions& opts = {});
+
+/// Text matching the regex `pattern` as a whole (vLLM `guided_regex`; syntax in regex.hpp).
+/// Throws GrammarError with the offset of unsupported syntax.
+Grammar compile_regex(std::string_view pattern);
+
+/// Exactly one of `choices` (vLLM `guided_choice`). Throws GrammarError when the list is
+/// empty or a choice is not valid UTF-8.
+Grammar compile_choice(const std::vector<std::string>& choices);
+
+/// Tagged JSON values: `begin`, JSON text valid against `schema_json`, `end`; with `repeat`,
+/// one or more such items joined by `separator`, else exactly one. The shape of a model's tool
+/// calls in its template family's syntax (Hermes: `<tool_call>\n{...}\n</tool_call>`).
+/// Throws SchemaError as compile_json_schema, GrammarError for tags that are not UTF-8.
+Grammar compile_tagged_json(std::string_view begin, std::string_view schema_json, std::string_view end,
+                            bool repeat, std::string_view separator, const JsonOptions& opts = {});
+
+/// A constraint as the gateway states it.
+struct Constraint {
+    enum class Kind { JsonObject, JsonSchema, Regex, Choice, TaggedJson };
+    Kind kind = Kind::JsonObject;
+    std::string text;                  ///< the schema JSON or the regex
+    std::vector<std::string> choices;  ///< Choice
+    std::string begin, end, separator; ///< TaggedJson (text is the schema)
+    bool repeat = false;               ///< TaggedJson
+
+    /// The line-safe form (see the file comment). Throws GrammarError for a choice that is
+    /// not valid UTF-8.
+    std::string to_text() const;
+    /// Reads to_text()'s form. Throws GrammarError for an unknown kind or bad escapes.
+    static Constraint from_text(std::string_view text);
+    /// The constraint of a protocol `grammar=<kind>:<source>` (docs/protocol.md, "Grammars"):
+    /// kind json_object (source empty), json_schema (the schema JSON), regex (the pattern),
+    /// choice (a JSON array of strings) or tagged_json (a JSON object {"begin", "end",
+    /// "separator": strings, "repeat": boolean, "schema": a JSON Schema}; see
+    /// compile_tagged_json). Throws GrammarError for another kind, a json_object with a
+    /// source, or a choice / tagged_json source of another shape.
+    static Constraint from_source(std::string_view kind, std::string_view source);
+};
+
+/// Compiles any constraint.
+Grammar compile(const Constraint& c, const JsonOptions& opts = {});
+
+}  // namespace loom::grammar
