@@ -12,6 +12,10 @@ import sys
 import time
 import unittest
 
+# True in a sanitizer build (CMake sets LOOM_SANITIZED=1 for every e2e test there): memory
+# figures then include ASan's quarantine and shadow, and some checks are left out.
+SANITIZED = os.environ.get("LOOM_SANITIZED") == "1"
+
 BIN = os.environ.get("LOOM_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
 SHARED = os.environ.get("LOOM_SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
 

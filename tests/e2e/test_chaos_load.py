@@ -228,7 +228,8 @@ class SlowReader(unittest.TestCase):
             for _ in range(20):
                 peak = max(peak, procwatch.rss_kib(gw.pid))
                 time.sleep(0.05)
-            self.assertLess(peak - rss0, 64 * 1024, "the gateway grew by %d KiB" % (peak - rss0))
+            if not loomtest.SANITIZED:  # ASan's quarantine keeps freed memory resident
+                self.assertLess(peak - rss0, 64 * 1024, "the gateway grew by %d KiB" % (peak - rss0))
             s.settimeout(10)
             try:  # what was buffered, then the end
                 while s.recv(1 << 16):
