@@ -1,6 +1,8 @@
 // OpenAI response JSON; see response_json.hpp.
 #include "gateway/response_json.hpp"
 
+#include "gateway/json_write.hpp"
+
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -10,25 +12,9 @@
 namespace loom::gateway {
 namespace {
 
-using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
-
-void str(Writer& w, std::string_view s) {
-    const std::string clean = valid_utf8(s) ? std::string(s) : sanitize_utf8(s);
-    w.String(clean.data(), static_cast<rapidjson::SizeType>(clean.size()));
-}
-
-// A logprob as the shortest decimal that reads back to the same float32. -inf (a token
-// the sampling filters removed) is -9999.0, as in the OpenAI API; NaN, which a
-// conforming engine never sends (the protocol refuses it), is written the same way
-// rather than as invalid JSON.
-void logprob(Writer& w, float v) {
-    if (!std::isfinite(v)) {
-        w.RawValue("-9999.0", 7, rapidjson::kNumberType);
-        return;
-    }
-    const std::string s = protocol::format_float(v);
-    w.RawValue(s.data(), s.size(), rapidjson::kNumberType);
-}
+using json_write::logprob;
+using json_write::str;
+using json_write::Writer;
 
 void bytes_array(Writer& w, const std::string& b, bool special) {
     if (special) {

@@ -1,6 +1,8 @@
 // The Responses API's JSON; see responses_json.hpp.
 #include "gateway/responses_json.hpp"
 
+#include "gateway/json_write.hpp"
+
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -9,17 +11,9 @@
 namespace loom::gateway {
 namespace {
 
-using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
-
-void str(Writer& w, std::string_view s) {
-    const std::string clean = valid_utf8(s) ? std::string(s) : sanitize_utf8(s);
-    w.String(clean.data(), static_cast<rapidjson::SizeType>(clean.size()));
-}
-
-void number(Writer& w, float v) {
-    const std::string s = std::isfinite(v) ? protocol::format_float(v) : std::string("-9999.0");
-    w.RawValue(s.data(), s.size(), rapidjson::kNumberType);
-}
+using json_write::logprob;
+using json_write::str;
+using json_write::Writer;
 
 std::string message_id(const ResponseMeta& meta) { return "msg_" + meta.id.substr(meta.id.find('_') + 1); }
 
@@ -42,14 +36,14 @@ void logprobs_array(Writer& w, const model::Tokenizer& tok, const GenerationRequ
         w.StartObject();
         token_fields(w, tok, req.tokens_as_ids, e.token, e.bytes, e.special);
         w.Key("logprob");
-        number(w, e.logprob);
+        logprob(w, e.logprob);
         w.Key("top_logprobs");
         w.StartArray();
         for (const auto& [id, lp] : e.top) {
             w.StartObject();
             token_fields(w, tok, req.tokens_as_ids, id, tok.token_bytes(id), tok.vocab().is_special(id));
             w.Key("logprob");
-            number(w, lp);
+            logprob(w, lp);
             w.EndObject();
         }
         w.EndArray();
