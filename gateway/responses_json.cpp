@@ -53,6 +53,26 @@ void logprobs_array(Writer& w, const model::Tokenizer& tok, const GenerationRequ
 }
 
 // The output_text content part.
+// The event fields that name the one message item and its one text part.
+void part_ids(Writer& w, const ResponseMeta& meta) {
+    w.Key("item_id");
+    str(w, message_id(meta));
+    w.Key("output_index");
+    w.Int(0);
+    w.Key("content_index");
+    w.Int(0);
+}
+
+// A text event's logprobs: the entries when the request asked for them, else [].
+void text_logprobs(Writer& w, const model::Tokenizer& tok, const GenerationRequest& req,
+                   const std::vector<LogprobEntry>& entries) {
+    if (req.logprobs) logprobs_array(w, tok, req, entries);
+    else {
+        w.StartArray();
+        w.EndArray();
+    }
+}
+
 void text_part(Writer& w, const GenerationRequest& req, const model::Tokenizer& tok, const ChoiceOut* out) {
     w.StartObject();
     w.Key("type");
@@ -248,12 +268,7 @@ std::vector<ResponsesEvent> ResponsesStream::begin() {
                             message_item(w, req_, meta_, tok_, nullptr, false);
                         })));
     out.push_back(event("response.content_part.added", fields([&](Writer& w) {
-                            w.Key("item_id");
-                            str(w, message_id(meta_));
-                            w.Key("output_index");
-                            w.Int(0);
-                            w.Key("content_index");
-                            w.Int(0);
+                            part_ids(w, meta_);
                             w.Key("part");
                             text_part(w, req_, tok_, nullptr);
                         })));
@@ -262,20 +277,11 @@ std::vector<ResponsesEvent> ResponsesStream::begin() {
 
 ResponsesEvent ResponsesStream::delta(const ChoiceOut& part) {
     return event("response.output_text.delta", fields([&](Writer& w) {
-                     w.Key("item_id");
-                     str(w, message_id(meta_));
-                     w.Key("output_index");
-                     w.Int(0);
-                     w.Key("content_index");
-                     w.Int(0);
+                     part_ids(w, meta_);
                      w.Key("delta");
                      str(w, part.text);
                      w.Key("logprobs");
-                     if (req_.logprobs) logprobs_array(w, tok_, req_, part.entries);
-                     else {
-                         w.StartArray();
-                         w.EndArray();
-                     }
+                     text_logprobs(w, tok_, req_, part.entries);
                  }));
 }
 
@@ -297,27 +303,15 @@ std::vector<ResponsesEvent> ResponsesStream::end(const ChoiceOut& whole, const U
                             })));
         return out;
     }
-    const auto ids = [&](Writer& w) {
-        w.Key("item_id");
-        str(w, message_id(meta_));
-        w.Key("output_index");
-        w.Int(0);
-        w.Key("content_index");
-        w.Int(0);
-    };
     out.push_back(event("response.output_text.done", fields([&](Writer& w) {
-                            ids(w);
+                            part_ids(w, meta_);
                             w.Key("text");
                             str(w, whole.text);
                             w.Key("logprobs");
-                            if (req_.logprobs) logprobs_array(w, tok_, req_, whole.entries);
-                            else {
-                                w.StartArray();
-                                w.EndArray();
-                            }
+                            text_logprobs(w, tok_, req_, whole.entries);
                         })));
     out.push_back(event("response.content_part.done", fields([&](Writer& w) {
-                            ids(w);
+                            part_ids(w, meta_);
                             w.Key("part");
                             text_part(w, req_, tok_, &whole);
                         })));
