@@ -188,6 +188,24 @@ class ModelCopyTestCase(unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
 
+def read_http_response(sock, to_close=False):
+    """Reads one HTTP/1.1 response from the socket `sock` (its timeout bounds each read):
+    until the body its Content-Length names is complete, or, with to_close (or without a
+    Content-Length), until the peer closes. Returns the bytes read, head and body."""
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        if not to_close and b"\r\n\r\n" in data:
+            hdr, body = data.split(b"\r\n\r\n", 1)
+            length = [int(l.split(b":")[1]) for l in hdr.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+            if length and len(body) >= length[0]:
+                break
+    return data
+
+
 def wait_until(predicate, timeout=30, what="a condition"):
     """Polls predicate() every 20 ms until it returns a true value, which is returned."""
     deadline = time.time() + timeout
