@@ -35,9 +35,9 @@ import subprocess
 import sys
 import threading
 import time
+from urllib.parse import urlparse
 
 import loomproc  # tools/loomproc.py: port from the log, /health, stop
-from urllib.parse import urlparse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

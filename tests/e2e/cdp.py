@@ -27,7 +27,7 @@ import threading
 import time
 from urllib.parse import urlparse
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 import loomproc  # noqa: E402  (tools/loomproc.py: stop)
 
 

@@ -17,7 +17,7 @@ import unittest
 # figures then include ASan's quarantine and shadow, and some checks are left out.
 SANITIZED = os.environ.get("LOOM_SANITIZED") == "1"
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 import loomproc  # noqa: E402  (tools/loomproc.py: port from the log, /health, stop)
 import gguf_edit  # noqa: E402
 
