@@ -26,38 +26,23 @@ import sys
 import threading
 import time
 
+import procwatch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def proc_children(pid):
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    st = f.read()
-            except OSError:
-                continue
-            rest = st[st.rindex(")") + 2:].split()
-            if int(rest[1]) == pid and rest[0] != "Z":
-                out.append(int(d))
-    return out
-
-
 def rss_kib(pid):
+    """Resident memory of `pid` in KiB, 0 once it is gone (an engine between restarts)."""
     try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+        return procwatch.rss_kib(pid)
     except OSError:
-        pass
-    return 0
+        return 0
 
 
 def fd_count(pid):
+    """Open descriptors of `pid`, 0 once it is gone."""
     try:
-        return len(os.listdir("/proc/%d/fd" % pid))
+        return len(procwatch.fds(pid))
     except OSError:
         return 0
 
@@ -124,7 +109,7 @@ class Soak:
         raise RuntimeError("the engine did not become ready")
 
     def engine(self):
-        kids = proc_children(self.gw.pid)
+        kids = procwatch.live_children(self.gw.pid)
         return kids[0] if kids else None
 
     # --- traffic -----------------------------------------------------------------

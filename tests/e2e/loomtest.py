@@ -137,19 +137,31 @@ class GatewayTestCase(unittest.TestCase):
     gateway_model (a GGUF path) with gateway_args (extra loom-gateway arguments) before
     the class's first test and stopped after its last. setUpClass raises RuntimeError when the
     gateway does not start or its engine does not become ready; tearDownClass raises
-    AssertionError when the gateway reported a sanitizer error (Gateway.stop)."""
+    AssertionError when the gateway reported a sanitizer error (Gateway.stop). With
+    engine_log set, the engine's protocol traffic is logged (--engine-log) to a temporary
+    file, self.log, removed after the last test."""
 
     gateway_model = None
     gateway_args = ()
+    engine_log = False
 
     @classmethod
     def setUpClass(cls):
-        cls.gw = Gateway(cls.gateway_model, *cls.gateway_args)
+        args = list(cls.gateway_args)
+        if cls.engine_log:
+            fd, cls.log = tempfile.mkstemp(prefix="loom-%s-" % cls.__name__.lower(), suffix=".log")
+            os.close(fd)
+            args += ["--engine-log", cls.log]
+        cls.gw = Gateway(cls.gateway_model, *args)
         cls.gw.wait_ready()
 
     @classmethod
     def tearDownClass(cls):
-        cls.gw.stop()
+        try:
+            cls.gw.stop()
+        finally:
+            if cls.engine_log and os.path.exists(cls.log):
+                os.unlink(cls.log)
 
 
 class ModelCopyTestCase(unittest.TestCase):

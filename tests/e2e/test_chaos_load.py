@@ -51,19 +51,14 @@ async def read_response(reader):
     return status, await reader.readexactly(length)
 
 
-class Load(unittest.TestCase):
+class Load(loomtest.GatewayTestCase):
+    gateway_model = MODEL
+    engine_log = True
+
     @classmethod
     def setUpClass(cls):
         raise_fd_limit(4096)
-        fd, cls.log = tempfile.mkstemp(prefix="loom-load-", suffix=".log")
-        os.close(fd)
-        cls.gw = Gateway(MODEL, "--engine-log", cls.log)
-        cls.gw.wait_ready()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.gw.stop()
-        os.unlink(cls.log)
+        super().setUpClass()
 
     def engine(self):
         return procwatch.live_children(self.gw.pid)[0]

@@ -12,7 +12,7 @@ import tempfile
 import unittest
 
 import loomtest
-from loomtest import Gateway, shared, wait_until
+from loomtest import Gateway, GatewayTestCase, shared, wait_until
 
 MODEL = shared("models/stories260K.gguf")
 FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_engine.py")
@@ -25,18 +25,9 @@ def log_lines(path):
         return f.read().splitlines()
 
 
-class ClientDisconnect(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        fd, cls.log = tempfile.mkstemp(prefix="loom-supervision-", suffix=".log")
-        os.close(fd)
-        cls.gw = Gateway(MODEL, "--engine-log", cls.log)
-        cls.gw.wait_ready()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.gw.stop()
-        os.unlink(cls.log)
+class ClientDisconnect(GatewayTestCase):
+    gateway_model = MODEL
+    engine_log = True
 
     def last_gen_id(self, before):
         gens = [l for l in log_lines(self.log)[before:] if l.startswith("> GEN ")]

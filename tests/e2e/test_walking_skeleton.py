@@ -13,7 +13,7 @@ import os
 import unittest
 
 import loomtest
-from loomtest import Gateway, joined_bytes, shared
+from loomtest import Gateway, GatewayTestCase, joined_bytes, shared
 
 MODEL = shared("models/stories260K.gguf")
 REF = json.load(open(shared("reference/stories260K.json")))
@@ -29,19 +29,10 @@ def ids_of(entries):
     return [int(e["token"].split(":", 1)[1]) for e in entries]
 
 
-class WalkingSkeleton(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.log = os.path.join(os.environ.get("TMPDIR", "/tmp"), "loom-e2e-engine-%d.log" % os.getpid())
-        cls.gw = Gateway(MODEL, "--engine-log", cls.log)
-        cls.gw.wait_ready()
-        cls.model = "stories260K"
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.gw.stop()
-        if os.path.exists(cls.log):
-            os.unlink(cls.log)
+class WalkingSkeleton(GatewayTestCase):
+    gateway_model = MODEL
+    engine_log = True
+    model = "stories260K"
 
     def chat(self, prompt, **kw):
         body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "temperature": 0}

@@ -1,4 +1,4 @@
-"""Process facts for the chaos tests, read from /proc (Linux): children, zombies, open
+"""Process facts for the chaos tests and tools/soak.py, read from /proc (Linux): children, zombies, open
 file descriptors, resident memory, CPU time. Standard library only."""
 import os
 import time
