@@ -47,6 +47,9 @@ struct GpuOptions {
     bool graphs = true;             ///< replay pure-decode steps as graphs (CUDA/HIP)
     bool fuse_rope = true;          ///< RoPE and the K/V store in the QKV matvec's epilogue
     bool own_gemm = false;          ///< loom's GEMM kernel instead of cuBLAS (CUDA)
+    /// Prefill attention: Auto is Gemm where cuBLAS runs the GEMMs, Tiled elsewhere; Gemm (F16 KV
+    /// pool, not batch_invariant) runs its products on cuBLAS or, without it, loom's plain kernel.
+    enum class PrefillAttn { Auto, Tiled, Gemm } prefill_attn = PrefillAttn::Auto;
     int matvec_rows = 8;            ///< steps of at most this many rows use the matvec kernel
 };
 
@@ -89,6 +92,7 @@ private:
     // ---- the forward pass (gpu_forward.cpp) ----
     void forward(int T);
     void attention(int T, int layer);
+    void prefill_attention_gemm(const PrefillTile& chunk, int layer);
     void linear(const DevMatrix* const* mats, float* const* ys, int nmat, int rows, const float* x32, int64_t ldx,
                 const uint16_t* x16, int64_t ldx16, int64_t ldy, bool add, const float* norm_w = nullptr,
                 const int8_t* roles = nullptr, int layer = 0);
@@ -143,6 +147,14 @@ private:
     float* part_ = nullptr;    // split-K partials: part_rows_ queries, splits_max_ splits
     int part_rows_ = 0, splits_max_ = 1;
     SampleOut* out_dev_ = nullptr;  // [max_slots + R]: sampled rows, then scored rows
+    // GEMM prefill attention (cuBLAS, F16 pool; kernels.hpp): attn_gemm_ when it runs.
+    bool attn_gemm_ = false;
+    uint16_t *kc_ = nullptr, *vc_ = nullptr;  // [n_ctx][nkv] a chunk's gathered keys and values
+    uint16_t* qp_ = nullptr;   // [R * nq] queries packed by KV head
+    float* op_ = nullptr;      // [R * nq] outputs, same layout
+    float* ss_ = nullptr;      // [attn_elems_] scores of a sub-block of queries
+    uint16_t* pp_ = nullptr;   // [attn_elems_] their softmax
+    int64_t attn_elems_ = 0;
     SampleOut* out_host_ = nullptr;
 
     /// One array of a step's inputs: a pinned host copy and its device twin at a fixed address (so
@@ -157,6 +169,7 @@ private:
     Staged<RowDesc> rows_;            // [R] flat token rows
     Staged<int32_t> tables_;          // [max_slots * blocks per sequence] block tables
     Staged<PrefillTile> tiles_;       // [R] prefill attention tiles
+    std::vector<PrefillTile> chunks_;  // the step's prefill chunks, one entry each (host)
     Staged<int32_t> gather_;          // [max_slots + R] x rows of the sampled rows, then of the scored rows
     Staged<SampleRow> sample_rows_;   // [max_slots]
     Staged<ScoreRow> score_rows_;     // [R]
