@@ -6,8 +6,8 @@
 //
 // Usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] [GPU options]
 // where the GPU options are the engine's: --kv-f32, --batch-invariant, --no-graphs,
-// --no-fuse-rope, --own-gemm, --matvec-rows N, --tiled-prefill-attn / --gemm-prefill-attn (the
-// engine's --prefill-attn tiled / gemm); --ctx N; --prefill-list N,N,... times only those prefills (TTFT of the backend).
+// --no-fuse-rope, --own-gemm, --matvec-rows N, --tiled-prefill-attn / --gemm-prefill-attn /
+// --gemm16-prefill-attn (the engine's --prefill-attn tiled / gemm / gemm16); --ctx N; --prefill-list N,N,... times only those prefills (TTFT of the backend).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
         else if (a == "--own-gemm") opts.own_gemm = true;
         else if (a == "--tiled-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Tiled;
         else if (a == "--gemm-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Gemm;
+        else if (a == "--gemm16-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Gemm16;
         else if (a == "--ctx") opts.n_ctx = next();
         else if (a == "--prefill-list" && i + 1 < argc) {
             for (const char* p = argv[++i]; *p;) {
@@ -197,7 +198,8 @@ int main(int argc, char** argv) {
         std::find_if(prefill_list.begin(), prefill_list.end(), [](int n) { return n < 1; }) != prefill_list.end()) {
         std::fprintf(stderr, "usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] "
                              "[--kv-f32] [--batch-invariant] [--no-graphs] [--no-fuse-rope] [--own-gemm] "
-                             "[--matvec-rows N] [--tiled-prefill-attn] [--ctx N] [--prefill-list N,N,...]\n");
+                             "[--matvec-rows N] [--tiled-prefill-attn | --gemm-prefill-attn | --gemm16-prefill-attn] "
+                             "[--ctx N] [--prefill-list N,N,...]\n");
         return 2;
     }
     const double bw = copy_bandwidth();

@@ -122,21 +122,27 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
         gh_ = alloc<uint16_t>(Rz * ld_ff_);
     }
     // GEMM prefill attention: gathered K/V for a whole context, packed Q and O for a step, and
-    // scores for kAttnScratch bytes (scores F32 + softmax F16), at least 16 queries of every head
-    // at the full context.
+    // scores for kAttnScratch bytes (scores F32 + softmax F16, and its low part when split), at
+    // least 16 queries of every head at the full context.
     using PA = GpuOptions::PrefillAttn;
     attn_gemm_ = !opts.kv_f32 && !opts.batch_invariant && hp.head_dim % 8 == 0 &&
-                 (opts.prefill_attn == PA::Gemm || (opts.prefill_attn == PA::Auto && f16_in_));
+                 (opts.prefill_attn == PA::Gemm || opts.prefill_attn == PA::Gemm16 ||
+                  (opts.prefill_attn == PA::Auto && f16_in_));
+    attn_split_ = attn_gemm_ && opts.prefill_attn != PA::Gemm16;
     if (attn_gemm_) {
         constexpr int64_t kAttnScratch = int64_t{256} << 20;
         const int64_t ctx8 = (int64_t{info_.n_ctx} + 7) / 8 * 8;
-        attn_elems_ = std::max(kAttnScratch / 6, int64_t{hp.n_head} * ctx8 * 16);
+        attn_elems_ = std::max(kAttnScratch / (attn_split_ ? 8 : 6), int64_t{hp.n_head} * ctx8 * 16);
         kc_ = alloc<uint16_t>(static_cast<size_t>(ctx8 * nkv_));
         vc_ = alloc<uint16_t>(static_cast<size_t>(ctx8 * nkv_));
         qp_ = alloc<uint16_t>(Rz * static_cast<size_t>(nq_));
         op_ = alloc<float>(Rz * static_cast<size_t>(nq_));
         ss_ = alloc<float>(static_cast<size_t>(attn_elems_));
         pp_ = alloc<uint16_t>(static_cast<size_t>(attn_elems_));
+        if (attn_split_) {
+            qp_lo_ = alloc<uint16_t>(Rz * static_cast<size_t>(nq_));
+            pp_lo_ = alloc<uint16_t>(static_cast<size_t>(attn_elems_));
+        }
     }
     // Dequantization scratch: the largest quantized matrix of a layer, and a slice of the output.
     auto quantized = [](const DevMatrix& m) { return m.type != kF16 && m.type != kF32; };

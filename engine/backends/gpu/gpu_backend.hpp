@@ -47,9 +47,11 @@ struct GpuOptions {
     bool graphs = true;             ///< replay pure-decode steps as graphs (CUDA/HIP)
     bool fuse_rope = true;          ///< RoPE and the K/V store in the QKV matvec's epilogue
     bool own_gemm = false;          ///< loom's GEMM kernel instead of cuBLAS (CUDA)
-    /// Prefill attention: Auto is Gemm where cuBLAS runs the GEMMs, Tiled elsewhere; Gemm (F16 KV
-    /// pool, not batch_invariant) runs its products on cuBLAS or, without it, loom's plain kernel.
-    enum class PrefillAttn { Auto, Tiled, Gemm } prefill_attn = PrefillAttn::Auto;
+    /// Prefill attention: Auto is Gemm where cuBLAS runs the GEMMs, Tiled elsewhere; Gemm and
+    /// Gemm16 (F16 KV pool, not batch_invariant) run products on cuBLAS or, without it, loom's
+    /// plain kernel: Gemm16 one F16 product each for QK^T and PV (Q and P rounded to F16), Gemm
+    /// two (Q and P split into F16 high and low parts, about F32's accuracy, twice the products).
+    enum class PrefillAttn { Auto, Tiled, Gemm, Gemm16 } prefill_attn = PrefillAttn::Auto;
     int matvec_rows = 8;            ///< steps of at most this many rows use the matvec kernel
 };
 
@@ -149,11 +151,13 @@ private:
     SampleOut* out_dev_ = nullptr;  // [max_slots + R]: sampled rows, then scored rows
     // GEMM prefill attention (cuBLAS, F16 pool; kernels.hpp): attn_gemm_ when it runs.
     bool attn_gemm_ = false;
+    bool attn_split_ = false;  // high and low F16 parts of Q and P (PrefillAttn::Gemm)
     uint16_t *kc_ = nullptr, *vc_ = nullptr;  // [n_ctx][nkv] a chunk's gathered keys and values
     uint16_t* qp_ = nullptr;   // [R * nq] queries packed by KV head
     float* op_ = nullptr;      // [R * nq] outputs, same layout
     float* ss_ = nullptr;      // [attn_elems_] scores of a sub-block of queries
     uint16_t* pp_ = nullptr;   // [attn_elems_] their softmax
+    uint16_t *qp_lo_ = nullptr, *pp_lo_ = nullptr;  // the low parts (attn_split_)
     int64_t attn_elems_ = 0;
     SampleOut* out_host_ = nullptr;
 

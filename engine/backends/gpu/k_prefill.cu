@@ -213,9 +213,10 @@ __global__ void __launch_bounds__(kAttnT) kv_gather_kernel(PagedKv kv, int layer
     }
 }
 
-// qp[g][t][j][d] = F16(q[t][(g * group + j) * hd + d]) for the n rows of a chunk.
+// qp[g][t][j][d] = F16(q[t][(g * group + j) * hd + d]) for the n rows of a chunk; lo (optional)
+// the F16 of what that rounding left out.
 __global__ void __launch_bounds__(kAttnT) q_pack_kernel(const float* q, int64_t q_ld, int n, AttnShape sh,
-                                                        uint16_t* qp) {
+                                                        uint16_t* qp, uint16_t* lo) {
     const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
     const int64_t nq = int64_t{sh.n_head} * hd;
     const int64_t e = static_cast<int64_t>(blockIdx.x) * kAttnT + static_cast<int64_t>(threadIdx.x);
@@ -223,7 +224,11 @@ __global__ void __launch_bounds__(kAttnT) q_pack_kernel(const float* q, int64_t 
     const int64_t t = e / nq;
     const int rest = static_cast<int>(e % nq), h = rest / hd, d = rest % hd;
     const int g = h / group, j = h % group;
-    qp[((g * int64_t{n} + t) * group + j) * hd + d] = f2h(q[t * q_ld + rest]);
+    const int64_t o = ((g * int64_t{n} + t) * group + j) * hd + d;
+    const float x = q[t * q_ld + rest];
+    const uint16_t hi = f2h(x);
+    qp[o] = hi;
+    if (lo) lo[o] = f2h(x - h2f(hi));
 }
 
 // att[t][(g * group + j) * hd + d] = op[g][t][j][d] for the n rows of a chunk.
@@ -254,15 +259,17 @@ LOOM_DEV float block_reduce(float v, float* sh) {
 
 // Row r of the scaled scores S (F32, leading dimension ld): column c = r % cols is query t = c /
 // group of the sub-block, at position pos_r0 + t, which sees keys 0..pos_r0 + t. P (F16, same
-// layout) = softmax over those keys, 0 for the masked keys up to n_keys.
-__global__ void __launch_bounds__(kAttnT) attn_softmax_kernel(const float* S, uint16_t* P, int64_t ld, int cols,
-                                                              int group, int pos_r0, int n_keys) {
+// layout) = softmax over those keys, 0 for the masked keys up to n_keys; P_lo (optional) the F16
+// of what P's rounding left out.
+__global__ void __launch_bounds__(kAttnT) attn_softmax_kernel(const float* S, uint16_t* P, uint16_t* P_lo, int64_t ld,
+                                                              int cols, int group, int pos_r0, int n_keys) {
     __shared__ float red[kAttnT / 32 + 1];
     const auto r = static_cast<int64_t>(blockIdx.x);
     const int t = static_cast<int>(r % cols) / group;
     const int valid = min(n_keys, pos_r0 + t + 1);
     const float* s = S + r * ld;
     uint16_t* p = P + r * ld;
+    uint16_t* pl = P_lo ? P_lo + r * ld : nullptr;
     const int tid = static_cast<int>(threadIdx.x);
     float mx = kNegInf;
     for (int j = tid; j < valid; j += kAttnT) mx = fmaxf(mx, s[j]);
@@ -271,14 +278,19 @@ __global__ void __launch_bounds__(kAttnT) attn_softmax_kernel(const float* S, ui
     for (int j = tid; j < valid; j += kAttnT) sum += expf(s[j] - mx);
     sum = block_reduce<false>(sum, red);
     const float inv = 1.0f / sum;
-    for (int j = tid; j < n_keys; j += kAttnT) p[j] = j < valid ? f2h(expf(s[j] - mx) * inv) : uint16_t{0};
+    for (int j = tid; j < n_keys; j += kAttnT) {
+        const float x = j < valid ? expf(s[j] - mx) * inv : 0.0f;
+        const uint16_t h = f2h(x);
+        p[j] = h;
+        if (pl) pl[j] = f2h(x - h2f(h));
+    }
 }
 
 // C_b[i][j] (column-major) = alpha * sum_k op(A_b)[i][k] * B_b[k][j]; blockIdx.y = b.
 __global__ void __launch_bounds__(kAttnT) gemm_batched_own_kernel(int a_t, int m, int n, int k, float alpha,
                                                                   const uint16_t* A, int64_t lda, int64_t sa,
                                                                   const uint16_t* B, int64_t ldb, int64_t sb,
-                                                                  float* C, int64_t ldc, int64_t sc) {
+                                                                  float* C, int64_t ldc, int64_t sc, int accumulate) {
     const int64_t e = static_cast<int64_t>(blockIdx.x) * kAttnT + static_cast<int64_t>(threadIdx.x);
     if (e >= int64_t{m} * n) return;
     const auto b = static_cast<int64_t>(blockIdx.y);
@@ -287,7 +299,8 @@ __global__ void __launch_bounds__(kAttnT) gemm_batched_own_kernel(int a_t, int m
     B += b * sb + j * ldb;
     float acc = 0.0f;
     for (int64_t q = 0; q < k; ++q) acc += h2f(a_t ? A[i * lda + q] : A[q * lda + i]) * h2f(B[q]);
-    C[b * sc + j * ldc + i] = alpha * acc;
+    float* c = C + b * sc + j * ldc + i;
+    *c = accumulate ? *c + alpha * acc : alpha * acc;
 }
 
 // Rows per tile (RB: (query, head-in-group) pairs) and keys per step (BK) that fit in 48 KiB of
@@ -343,11 +356,12 @@ void kv_gather_f16(const PagedKv& kv, int layer, int32_t table, int n_pos, uint1
     LOOM_GPU_CHECK_LAUNCH();
 }
 
-void q_pack_f16(const float* q, int64_t q_ld, int n, const AttnShape& sh, uint16_t* qp, gpuStream_t s) {
+void q_pack_f16(const float* q, int64_t q_ld, int n, const AttnShape& sh, uint16_t* qp, uint16_t* qp_lo,
+                gpuStream_t s) {
     if (n <= 0) return;
     const int64_t e = int64_t{sh.n_head} * sh.head_dim * n;
     auto kern = q_pack_kernel;
-    LOOM_LAUNCH(kern, dim3(static_cast<unsigned>((e + kAttnT - 1) / kAttnT)), kAttnT, 0, s, q, q_ld, n, sh, qp);
+    LOOM_LAUNCH(kern, dim3(static_cast<unsigned>((e + kAttnT - 1) / kAttnT)), kAttnT, 0, s, q, q_ld, n, sh, qp, qp_lo);
     LOOM_GPU_CHECK_LAUNCH();
 }
 
@@ -359,22 +373,22 @@ void o_unpack(const float* op, int n, const AttnShape& sh, float* att, int64_t a
     LOOM_GPU_CHECK_LAUNCH();
 }
 
-void attn_softmax_causal(const float* S, uint16_t* P, int64_t ld, int rows, int cols, int group, int pos_r0,
-                         int n_keys, gpuStream_t s) {
+void attn_softmax_causal(const float* S, uint16_t* P, uint16_t* P_lo, int64_t ld, int rows, int cols, int group,
+                         int pos_r0, int n_keys, gpuStream_t s) {
     if (rows <= 0) return;
     auto kern = attn_softmax_kernel;
-    LOOM_LAUNCH(kern, dim3(static_cast<unsigned>(rows)), kAttnT, 0, s, S, P, ld, cols, group, pos_r0, n_keys);
+    LOOM_LAUNCH(kern, dim3(static_cast<unsigned>(rows)), kAttnT, 0, s, S, P, P_lo, ld, cols, group, pos_r0, n_keys);
     LOOM_GPU_CHECK_LAUNCH();
 }
 
 void gemm_batched_f16_own(bool a_t, int m, int n, int k, float alpha, const uint16_t* A, int64_t lda, int64_t sa,
                           const uint16_t* B, int64_t ldb, int64_t sb, float* C, int64_t ldc, int64_t sc, int batch,
-                          gpuStream_t s) {
+                          bool accumulate, gpuStream_t s) {
     if (m <= 0 || n <= 0 || batch <= 0) return;
     const int64_t e = int64_t{m} * n;
     const dim3 grid(static_cast<unsigned>((e + kAttnT - 1) / kAttnT), static_cast<unsigned>(batch));
     auto kern = gemm_batched_own_kernel;
-    LOOM_LAUNCH(kern, grid, kAttnT, 0, s, a_t ? 1 : 0, m, n, k, alpha, A, lda, sa, B, ldb, sb, C, ldc, sc);
+    LOOM_LAUNCH(kern, grid, kAttnT, 0, s, a_t ? 1 : 0, m, n, k, alpha, A, lda, sa, B, ldb, sb, C, ldc, sc, accumulate ? 1 : 0);
     LOOM_GPU_CHECK_LAUNCH();
 }
 

@@ -118,12 +118,13 @@ void embed(const DevMatrix& m, const RowDesc* rows, int n, float* x, int64_t ld,
 void gemm_own(const float* A, int64_t lda, const void* W, bool w_f16, int64_t ldw, int M, int N, int K, float* C,
               int64_t ldc, bool accumulate, gpuStream_t s);
 
-/// The same product as Gemm::batched_f16 (column-major, F16 A and B, F32 C = alpha * op(A) . B)
+/// The same product as Gemm::batched_f16 (column-major, F16 A and B, F32 C = alpha * op(A) . B,
+/// added to C when accumulate)
 /// by a plain kernel, one output per thread with an F32 sum over k in order: for builds without
 /// cuBLAS (HIP, the emulator), where it is correct but not fast.
 void gemm_batched_f16_own(bool a_t, int m, int n, int k, float alpha, const uint16_t* A, int64_t lda, int64_t sa,
                           const uint16_t* B, int64_t ldb, int64_t sb, float* C, int64_t ldc, int64_t sc, int batch,
-                          gpuStream_t s);
+                          bool accumulate, gpuStream_t s);
 
 // ---- element-wise and normalisation -----------------------------------------------------
 
@@ -207,7 +208,9 @@ void kv_gather_f16(const PagedKv& kv, int layer, int32_t table, int n_pos, uint1
 
 /// qp[g][t][j][d] = F16(q[t][(g * group + j) * head_dim + d]) for t < n (group = n_head /
 /// n_head_kv): the queries of KV head g form a head_dim x (n * group) column-major matrix.
-void q_pack_f16(const float* q, int64_t q_ld, int n, const AttnShape& sh, uint16_t* qp, gpuStream_t s);
+/// qp_lo (optional, same layout) = F16(q - qp): with it, qp + qp_lo carries about 22 bits.
+void q_pack_f16(const float* q, int64_t q_ld, int n, const AttnShape& sh, uint16_t* qp, uint16_t* qp_lo,
+                gpuStream_t s);
 
 /// att[t][(g * group + j) * head_dim + d] = op[g][t][j][d] for t < n (q_pack_f16's layout, F32).
 void o_unpack(const float* op, int n, const AttnShape& sh, float* att, int64_t att_ld, gpuStream_t s);
@@ -215,9 +218,10 @@ void o_unpack(const float* op, int n, const AttnShape& sh, float* att, int64_t a
 /// For each of `rows` rows r of S (F32 scores, already scaled, leading dimension ld): the query
 /// is t = (r % cols) / group of a sub-block whose first query is at position pos_r0, and it sees
 /// keys 0..min(n_keys - 1, pos_r0 + t). P (F16, leading dimension ld) = the softmax of those
-/// scores (max-subtracted, F32 sums), 0 for the masked keys below n_keys.
-void attn_softmax_causal(const float* S, uint16_t* P, int64_t ld, int rows, int cols, int group, int pos_r0,
-                         int n_keys, gpuStream_t s);
+/// scores (max-subtracted, F32 sums), 0 for the masked keys below n_keys; P_lo (optional, same
+/// layout) = F16(softmax - P).
+void attn_softmax_causal(const float* S, uint16_t* P, uint16_t* P_lo, int64_t ld, int rows, int cols, int group,
+                         int pos_r0, int n_keys, gpuStream_t s);
 
 // ---- sampling and logprobs (engine/sampler.hpp semantics) -------------------------------
 
