@@ -3,8 +3,9 @@
 
 Prompt logprobs (PLP, top 5) of a random prompt of --tokens ids (chunked by the engine's
 --max-batch-tokens, so later chunks read a cached prefix) from loom-engine-cuda with
---prefill-attn gemm (cuBLAS products, F16 Q and softmax), --prefill-attn tiled (the F32 tiled
-kernel, same F16 KV pool) and --kv-f32 (tiled, F32 pool); and from the CPU engine over the first
+--prefill-attn gemm (cuBLAS products, Q and softmax split into F16 high and low parts),
+--prefill-attn gemm16 (one F16 product each), --prefill-attn tiled (the F32 tiled kernel, same
+F16 KV pool) and --kv-f32 (tiled, F32 pool); and from the CPU engine over the first
 --cpu-tokens ids (causal: those positions depend on that prefix alone). Prints, per pair, the
 largest and mean |difference| of the prompt tokens' logprobs and how often the top-1 ids agree;
 exit status 1 when gemm differs from tiled by more than --tol (default 5e-2, check_gpu.py's
@@ -52,8 +53,8 @@ def main():
     base = [args.engine, "--model", args.model, "--ctx", str(args.ctx)] + args.engine_arg
     ids = []
     res = {}
-    for name, extra in (("gemm", ["--prefill-attn", "gemm"]), ("tiled", ["--prefill-attn", "tiled"]),
-                        ("tiled-f32", ["--kv-f32"])):
+    for name, extra in (("gemm", ["--prefill-attn", "gemm"]), ("gemm16", ["--prefill-attn", "gemm16"]),
+                        ("tiled", ["--prefill-attn", "tiled"]), ("tiled-f32", ["--kv-f32"])):
         t0 = time.time()
         e = Engine(base + extra)
         if not ids:
@@ -64,12 +65,14 @@ def main():
         e.close()
         print(f"{name}: {len(res[name])} positions in {time.time() - t0:.1f} s", flush=True)
     worst = compare("gemm vs tiled", res["gemm"], res["tiled"])
+    compare("gemm16 vs tiled", res["gemm16"], res["tiled"])
     compare("gemm vs tiled-f32", res["gemm"], res["tiled-f32"])
     compare("tiled vs tiled-f32", res["tiled"], res["tiled-f32"])
     if args.cpu_engine:
         cpu, secs = run([args.cpu_engine, "--model", args.model, "--ctx", str(args.ctx)], ids[:args.cpu_tokens])
         print(f"cpu: {len(cpu)} positions in {secs:.1f} s")
         compare("gemm vs cpu", res["gemm"], cpu)
+        compare("gemm16 vs cpu", res["gemm16"], cpu)
         compare("tiled vs cpu", res["tiled"], cpu)
         compare("tiled-f32 vs cpu", res["tiled-f32"], cpu)
     ok = worst <= args.tol

@@ -6,8 +6,9 @@
 // chunks) and runs one forward pass over all of them: the linear layers over every row at once
 // (the register-dequantizing matvec kernel for up to GpuOptions::matvec_rows rows, GEMMs over
 // weights dequantized to F16 beyond), RoPE at each row's position, K/V stored through each row's
-// block table, split-K decode attention for 1-token rows and tiled prefill attention for chunks
-// (both read the cached prefix through the table). Then prompt scoring, the output projection of
+// block table, split-K decode attention for 1-token rows and, for chunks, prefill attention as
+// cuBLAS products over the chunk's gathered K/V (CUDA) or the tiled kernel (both read the cached
+// prefix through the table). Then prompt scoring, the output projection of
 // the sampled rows, one batched sampling launch and one device-to-host copy. Pure-decode steps
 // of up to 8 rows replay a captured CUDA/HIP graph per (rows, attention splits).
 //
