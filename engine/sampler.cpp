@@ -160,6 +160,17 @@ SampleResult sample_core(std::span<const float> logits, const SamplingParams& p,
     auto kept = [&](const std::pair<float, int32_t>& c) {
         return !filter || n_keep == ordered.size() || !better(ordered[n_keep - 1], c);
     };
+    // The largest kept value and the sum of exp(value - largest) over the kept candidates:
+    // the softmax the sampler draws from, and its log-normaliser.
+    auto kept_max_sum = [&] {
+        float m = kNegInf;
+        for (const auto& c : cand)
+            if (kept(c)) m = std::max(m, c.first);
+        double sum = 0;
+        for (const auto& c : cand)
+            if (kept(c)) sum += std::exp(static_cast<double>(c.first) - m);
+        return std::pair<float, double>{m, sum};
+    };
 
     if (greedy) {
         std::pair<float, int32_t> best{kNegInf, -1};
@@ -167,12 +178,7 @@ SampleResult sample_core(std::span<const float> logits, const SamplingParams& p,
             if (best.second < 0 || better(c, best)) best = c;
         r.token = best.second;
     } else {
-        float m = kNegInf;
-        for (const auto& c : cand)
-            if (kept(c)) m = std::max(m, c.first);
-        double total = 0;
-        for (const auto& c : cand)
-            if (kept(c)) total += std::exp(static_cast<double>(c.first) - m);
+        const auto [m, total] = kept_max_sum();
         const double target = u * total;
         double cum = 0;
         int32_t last = -1;
@@ -191,16 +197,8 @@ SampleResult sample_core(std::span<const float> logits, const SamplingParams& p,
             for (const auto& [v, id] : raw_top) r.top.emplace_back(id, static_cast<float>(v - raw_lz));
         } else {
             // Distribution actually sampled from (temperature 1 when greedy).
-            double lz;
-            {
-                float m = kNegInf;
-                for (const auto& c : cand)
-                    if (kept(c)) m = std::max(m, c.first);
-                double s = 0;
-                for (const auto& c : cand)
-                    if (kept(c)) s += std::exp(static_cast<double>(c.first) - m);
-                lz = m + std::log(s);
-            }
+            const auto [m, sum] = kept_max_sum();
+            const double lz = m + std::log(sum);
             auto lp_of = [&](const std::pair<float, int32_t>& c) {
                 return kept(c) ? static_cast<float>(c.first - lz) : kNegInf;
             };

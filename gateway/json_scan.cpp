@@ -27,14 +27,7 @@ void JsonScanner::value_start(unsigned char c) {
     case '[':
         if (stack_.size() >= kMaxDepth) return fail();
         stack_.push_back(static_cast<char>(c));
-        if (c == '{') {
-            state_ = S::ObjKey;
-            first_in_obj_ = true;
-        } else {
-            state_ = S::Value;
-            first_in_arr_ = true;
-        }
-        return;
+        return next_member(true);
     case '"':
         key_string_ = false;
         state_ = S::Str;
@@ -52,6 +45,16 @@ void JsonScanner::value_start(unsigned char c) {
     }
     lit_at_ = 1;
     state_ = S::Lit;
+}
+
+void JsonScanner::next_member(bool first) {
+    if (stack_.back() == '{') {
+        state_ = S::ObjKey;
+        first_in_obj_ = first;
+    } else {
+        state_ = S::Value;
+        first_in_arr_ = first;
+    }
 }
 
 void JsonScanner::value_end(size_t end) {
@@ -75,16 +78,7 @@ void JsonScanner::step(unsigned char c) {
         return value_start(c);
     case S::AfterValue:
         if (is_ws(c)) return;
-        if (c == ',') {
-            if (stack_.back() == '{') {
-                state_ = S::ObjKey;
-                first_in_obj_ = false;
-            } else {
-                state_ = S::Value;
-                first_in_arr_ = false;
-            }
-            return;
-        }
+        if (c == ',') return next_member(false);
         if ((c == '}' && stack_.back() == '{') || (c == ']' && stack_.back() == '[')) {
             stack_.pop_back();
             return value_end(pos_ + 1);

@@ -67,6 +67,7 @@ private:
     void step(unsigned char c);
     void value_start(unsigned char c);
     void value_end(size_t end);  // a value closed at byte offset `end` (exclusive)
+    void next_member(bool first);  // after '{', '[' or ',': a key or a value of the innermost container
     void fail() { state_ = S::Error; }
 
     S state_ = S::Value;

@@ -1,14 +1,12 @@
 // Reasoning families and the reasoning splitter; see reasoning_parser.hpp.
 #include "gateway/reasoning_parser.hpp"
 
+#include "gateway/family_names.hpp"
+
 namespace loom::gateway {
 namespace {
 
-struct Named {
-    ReasoningFamily family;
-    std::string_view name;
-};
-constexpr Named kFamilies[] = {
+constexpr FamilyName<ReasoningFamily> kFamilies[] = {
     {ReasoningFamily::None, "none"},         {ReasoningFamily::Think, "think"},
     {ReasoningFamily::Granite, "granite"},   {ReasoningFamily::CommandR, "command_r"},
     {ReasoningFamily::GptOss, "gpt_oss"},
@@ -135,26 +133,11 @@ private:
 
 }  // namespace
 
-std::string_view reasoning_family_name(ReasoningFamily f) {
-    for (const Named& n : kFamilies)
-        if (n.family == f) return n.name;
-    return "none";
-}
+std::string_view reasoning_family_name(ReasoningFamily f) { return family_name(kFamilies, f); }
 
-std::optional<ReasoningFamily> reasoning_family_from_name(std::string_view name) {
-    for (const Named& n : kFamilies)
-        if (n.name == name) return n.family;
-    return std::nullopt;
-}
+std::optional<ReasoningFamily> reasoning_family_from_name(std::string_view name) { return family_from_name(kFamilies, name); }
 
-std::string reasoning_family_names() {
-    std::string out;
-    for (const Named& n : kFamilies) {
-        if (!out.empty()) out += ", ";
-        out += n.name;
-    }
-    return out;
-}
+std::string reasoning_family_names() { return family_names(kFamilies); }
 
 ReasoningFamily detect_reasoning_family(std::string_view t) {
     if (has(t, "<|channel|>") && has(t, "<|message|>")) return ReasoningFamily::GptOss;

@@ -2,17 +2,14 @@
 // and the parser for grammar-constrained calls; see tool_parser.hpp.
 #include "gateway/tool_parser.hpp"
 
+#include "gateway/family_names.hpp"
 #include "gateway/tool_parsers/families.hpp"
 #include "gateway/tool_parsers/tool_base.hpp"
 
 namespace loom::gateway {
 namespace {
 
-struct Named {
-    ToolFamily family;
-    std::string_view name;
-};
-constexpr Named kFamilies[] = {
+constexpr FamilyName<ToolFamily> kFamilies[] = {
     {ToolFamily::None, "none"},         {ToolFamily::Hermes, "hermes"},   {ToolFamily::Llama3, "llama3"},
     {ToolFamily::Mistral, "mistral"},   {ToolFamily::DeepSeek, "deepseek"}, {ToolFamily::Granite, "granite"},
     {ToolFamily::CommandR, "command_r"}, {ToolFamily::GptOss, "gpt_oss"},
@@ -22,26 +19,11 @@ bool has(std::string_view t, std::string_view s) { return t.find(s) != std::stri
 
 }  // namespace
 
-std::string_view tool_family_name(ToolFamily f) {
-    for (const Named& n : kFamilies)
-        if (n.family == f) return n.name;
-    return "none";
-}
+std::string_view tool_family_name(ToolFamily f) { return family_name(kFamilies, f); }
 
-std::optional<ToolFamily> tool_family_from_name(std::string_view name) {
-    for (const Named& n : kFamilies)
-        if (n.name == name) return n.family;
-    return std::nullopt;
-}
+std::optional<ToolFamily> tool_family_from_name(std::string_view name) { return family_from_name(kFamilies, name); }
 
-std::string tool_family_names() {
-    std::string out;
-    for (const Named& n : kFamilies) {
-        if (!out.empty()) out += ", ";
-        out += n.name;
-    }
-    return out;
-}
+std::string tool_family_names() { return family_names(kFamilies); }
 
 ToolFamily detect_tool_family(std::string_view t) {
     // Most specific markers first: harmony and DeepSeek templates mention none of the

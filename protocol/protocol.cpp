@@ -275,6 +275,13 @@ void need_parts(const std::vector<std::string_view>& parts, size_t n, std::strin
     if (parts.size() < n) throw Bad{shown(verb) + " has too few fields"};
 }
 
+// The token of a PING or PONG line (`<verb> <token>`, nothing after it).
+std::string lone_token(const std::vector<std::string_view>& parts, std::string_view verb) {
+    if (!valid_id(parts[1])) throw Bad{"invalid " + std::string(verb) + " token"};
+    if (parts.size() > 2) throw Bad{std::string(verb) + " takes only a token"};
+    return std::string(parts[1]);
+}
+
 std::string id_of(const std::vector<std::string_view>& parts) {
     if (parts.size() >= 2 && valid_id(parts[1])) return std::string(parts[1]);
     return "-";
@@ -312,11 +319,7 @@ EngineLine parse_engine(const std::vector<std::string_view>& parts) {
         return h;
     }
     need_parts(parts, 2, verb);
-    if (verb == "PONG") {
-        if (!valid_id(parts[1])) throw Bad{"invalid PONG token"};
-        if (parts.size() > 2) throw Bad{"PONG takes only a token"};
-        return Pong{std::string(parts[1])};
-    }
+    if (verb == "PONG") return Pong{lone_token(parts, verb)};
     if (!valid_id(parts[1])) throw Bad{"invalid request id '" + shown(parts[1]) + "'"};
     const std::string id(parts[1]);
     if (verb == "T") {
@@ -355,11 +358,7 @@ GatewayLine parse_gateway(const std::vector<std::string_view>& parts) {
     const std::string_view verb = parts[0];
     if (verb != "GEN" && verb != "CANCEL" && verb != "PING") throw Bad{"unknown command '" + shown(verb) + "'"};
     need_parts(parts, 2, verb);
-    if (verb == "PING") {
-        if (!valid_id(parts[1])) throw Bad{"invalid PING token"};
-        if (parts.size() > 2) throw Bad{"PING takes only a token"};
-        return Ping{std::string(parts[1])};
-    }
+    if (verb == "PING") return Ping{lone_token(parts, verb)};
     if (!valid_id(parts[1])) throw Bad{"invalid request id '" + shown(parts[1]) + "'"};
     const std::string id(parts[1]);
     if (verb == "CANCEL") {

@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 
+import loomproc  # tools/loomproc.py: the engine child process, /health, stop
+
 
 def free_port():
     s = socket.socket()
@@ -35,39 +37,21 @@ def free_port():
     return p
 
 
-class Engine:
-    def __init__(self, argv):
-        t0 = time.time()
-        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-        self.hello = self.p.stdout.readline().strip()
-        self.load_s = time.time() - t0
-        if not self.hello.startswith("HELLO"):
-            raise RuntimeError(f"engine did not start: {self.hello}")
-        self.n = 0
-
+class Engine(loomproc.Engine):
     def gen(self, fields):
-        """Sends a GEN; returns (send time, [arrival time of each T], done line)."""
-        self.n += 1
-        rid = f"b{self.n}"
+        """Sends a GEN; returns (send time, [arrival time of each T], DONE line's fields)."""
         t0 = time.perf_counter()
-        self.p.stdin.write(f"GEN {rid} {fields}\n")
-        self.p.stdin.flush()
         times = []
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError("engine exited")
-            parts = line.split()
+        for t, parts in self.lines(fields):
             if parts[0] == "T":
-                times.append(time.perf_counter())
-            elif parts[0] in ("DONE", "ERR"):
-                if parts[0] == "ERR":
-                    raise RuntimeError(line)
-                return t0, times, line
+                times.append(t)
+            elif parts[0] == "ERR":
+                raise RuntimeError(" ".join(parts))
+            elif parts[0] == "DONE":
+                return t0, times, parts
 
     def close(self):
-        self.p.stdin.close()
-        self.p.wait(timeout=60)
+        super().close(60)
 
 
 def ids(n, vocab, seed):
@@ -112,15 +96,8 @@ def gateway_figures(binp, model, vocab):
         while True:
             if gw.poll() is not None:
                 raise RuntimeError("gateway exited: " + gw.stderr.read()[-2000:])
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                c.request("GET", "/health")
-                r = c.getresponse()
-                r.read()
-                if r.status == 200:
-                    break
-            except OSError:
-                pass
+            if loomproc.healthy(port):
+                break
             if time.time() - t0 > 180:
                 raise RuntimeError("gateway did not become healthy")
             time.sleep(0.5)
@@ -176,11 +153,7 @@ def gateway_figures(binp, model, vocab):
             out[f"{key}_stream_tps"] = max(rates)
         return out
     finally:
-        gw.terminate()
-        try:
-            gw.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            gw.kill()
+        loomproc.stop(gw, 30)
 
 
 def main():

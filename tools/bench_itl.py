@@ -26,7 +26,6 @@ The e2e test tests/e2e/test_streaming_latency.py runs a short version and assert
 the p99 with logprobs is within 2 ms of the p99 without.
 """
 import argparse
-import http.client
 import json
 import os
 import re
@@ -37,6 +36,8 @@ import sys
 import threading
 import time
 from urllib.parse import urlparse
+
+import loomproc  # tools/loomproc.py: port from the log, /health, stop
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -58,30 +59,16 @@ def start_gateway(binary_dir, model, extra=()):
     engine is ready (GET /health answers 200). Raises RuntimeError when it does not start."""
     proc = subprocess.Popen([os.path.join(binary_dir, "loom-gateway"), "--model", model, "--port", "0", *extra],
                             stderr=subprocess.PIPE, text=True)
-    port = None
-    deadline = time.time() + 60
     log = []
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        log.append(line)
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
+    deadline = time.time() + 60
+    port = loomproc.read_port(proc.stderr, r"listening on http://127\.0\.0\.1:(\d+)", deadline, log)
     if port is None:
         proc.kill()
         raise RuntimeError("loom-gateway did not start:\n" + "".join(log))
     threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
     while time.time() < deadline:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                return proc, port
-        except OSError:
-            pass
+        if loomproc.healthy(port):
+            return proc, port
         time.sleep(0.05)
     proc.kill()
     raise RuntimeError("the engine did not become ready")
@@ -230,8 +217,7 @@ def main():
         itl = run(host, port, model_id, a.endpoint, a.requests, a.tokens, a.top_logprobs, not a.fresh_connections)
     finally:
         if proc:
-            proc.terminate()
-            proc.wait(timeout=10)
+            loomproc.stop(proc)
     res = {k: summary(v) for k, v in itl.items()}
     res["p99_difference_ms"] = res["logprobs"]["p99"] - res["plain"]["p99"]
     if a.json:

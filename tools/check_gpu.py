@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+import loomproc  # tools/loomproc.py: the engine child process
+
 # model file -> (reference json, tolerance vs reference, tolerance vs CPU engine)
 MODELS = [
     ("stories260K.gguf", "stories260K.json", 1e-2, 2e-3),
@@ -38,36 +40,12 @@ REFUSED = [("TinyStories-656K-Q3_K_M.gguf", "iq4_nl")]
 F16_KV_TOL = 5e-2
 
 
-class Engine:
+class Engine(loomproc.Engine):
     """An engine child process spoken to line by line."""
 
-    def __init__(self, argv):
-        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-        self.hello = self.p.stdout.readline().strip()
-        if not self.hello.startswith("HELLO"):
-            raise RuntimeError(f"{argv[0]} did not start: {self.hello}")
-        self.n = 0
-
     def run(self, fields):
-        """Sends one GEN and returns its lines until DONE/ERR."""
-        self.n += 1
-        rid = f"r{self.n}"
-        self.p.stdin.write(f"GEN {rid} {fields}\n")
-        self.p.stdin.flush()
-        out = []
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError("engine exited")
-            parts = line.split()
-            if len(parts) > 1 and parts[1] == rid:
-                out.append(parts)
-                if parts[0] in ("DONE", "ERR"):
-                    return out
-
-    def close(self):
-        self.p.stdin.close()
-        self.p.wait(timeout=120)
+        """Sends one GEN and returns its lines (split) until DONE/ERR."""
+        return [parts for _, parts in self.lines(fields)]
 
 
 def pairs(fields):

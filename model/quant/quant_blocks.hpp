@@ -205,25 +205,35 @@ struct Q3_K {
     }
 };
 
+// The Q4_K/Q5_K decode: for chunk c < 4, element 64c + l is the low nibble of qs[32c + l]
+// and element 64c + 32 + l its high nibble, with (kFifthBit) bit 2c, resp. 2c+1, of qh[l] as
+// bit 4; sub-block s = e/32 uses k4_scale_min(s): x = d*sc*q - dmin*mn.
+template <bool kFifthBit>
+LOOM_QB_INLINE void decode_k4(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* y) {
+    const float d = load_f16(b), dmin = load_f16(b + 2);
+    const uint8_t* sc = b + 4;
+    for (int c = 0; c < 4; ++c) {
+        const auto [d0, n0, d1, n1] = k4_chunk(sc, d, dmin, c);
+        const uint8_t* q = qs + 32 * c;
+        float* o = y + 64 * c;
+        for (int l = 0; l < 32; ++l) {
+            int h0 = 0, h1 = 0;
+            if constexpr (kFifthBit) {
+                h0 = ((qh[l] >> (2 * c)) & 1) << 4;
+                h1 = ((qh[l] >> (2 * c + 1)) & 1) << 4;
+            }
+            o[l] = d0 * static_cast<float>((q[l] & 0xF) | h0) - n0;
+            o[l + 32] = d1 * static_cast<float>((q[l] >> 4) | h1) - n1;
+        }
+    }
+}
+
 /// Q4_K: {half d; half dmin; uint8 scales[12]; uint8 qs[128]}. For chunk c < 4,
 /// element 64c + l is the low nibble of qs[32c + l] and element 64c + 32 + l its high
 /// nibble; sub-block s = e/32 uses k4_scale_min(s): x = d*sc*q - dmin*mn.
 struct Q4_K {
     static constexpr int kSize = 256, kBytes = 144;
-    static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
-        const float d = load_f16(b), dmin = load_f16(b + 2);
-        const uint8_t* sc = b + 4;
-        const uint8_t* qs = b + 16;
-        for (int c = 0; c < 4; ++c) {
-            const auto [d0, n0, d1, n1] = k4_chunk(sc, d, dmin, c);
-            const uint8_t* q = qs + 32 * c;
-            float* o = y + 64 * c;
-            for (int l = 0; l < 32; ++l) {
-                o[l] = d0 * static_cast<float>(q[l] & 0xF) - n0;
-                o[l + 32] = d1 * static_cast<float>(q[l] >> 4) - n1;
-            }
-        }
-    }
+    static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) { decode_k4<false>(b, nullptr, b + 16, y); }
 };
 
 /// Q5_K: {half d; half dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]}: Q4_K
@@ -231,23 +241,7 @@ struct Q4_K {
 /// 2c+1; x = d*sc*q5 - dmin*mn.
 struct Q5_K {
     static constexpr int kSize = 256, kBytes = 176;
-    static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
-        const float d = load_f16(b), dmin = load_f16(b + 2);
-        const uint8_t* sc = b + 4;
-        const uint8_t* qh = b + 16;
-        const uint8_t* qs = b + 48;
-        for (int c = 0; c < 4; ++c) {
-            const auto [d0, n0, d1, n1] = k4_chunk(sc, d, dmin, c);
-            const uint8_t* q = qs + 32 * c;
-            float* o = y + 64 * c;
-            for (int l = 0; l < 32; ++l) {
-                const int h0 = ((qh[l] >> (2 * c)) & 1) << 4;
-                const int h1 = ((qh[l] >> (2 * c + 1)) & 1) << 4;
-                o[l] = d0 * static_cast<float>((q[l] & 0xF) | h0) - n0;
-                o[l + 32] = d1 * static_cast<float>((q[l] >> 4) | h1) - n1;
-            }
-        }
-    }
+    static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) { decode_k4<true>(b, b + 16, b + 48, y); }
 };
 
 /// Q6_K: {uint8 ql[128]; uint8 qh[64]; int8 scales[16]; half d}. In half n < 2, for

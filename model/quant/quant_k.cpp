@@ -82,6 +82,18 @@ float signed_max(const float* x, int n) {
     return mx;
 }
 
+// Scales for the 16 sub-blocks of 16 of a 256-element super-block x (Q3_K, Q6_K): s[i] maps
+// the sub-block's largest magnitude to `level` (a negative level of the format's range).
+// Returns max |s[i]|, which the f16 super-block scale then divides.
+float sub_block_scales(const float* x, float level, float s[16]) {
+    float smax = 0;
+    for (int i = 0; i < 16; ++i) {
+        s[i] = signed_max(x + 16 * i, 16) / level;
+        smax = std::fmax(smax, std::fabs(s[i]));
+    }
+    return smax;
+}
+
 }  // namespace
 
 void quantize_block_q4_k(const float* x, uint8_t* b) { quantize_k45<4>(x, b); }
@@ -104,11 +116,8 @@ void quantize_block_q2_k(const float* x, uint8_t* b) {
 
 void quantize_block_q3_k(const float* x, uint8_t* b) {
     // Per sub-block of 16: the largest magnitude maps to level -4.
-    float s[16], smax = 0;
-    for (int i = 0; i < 16; ++i) {
-        s[i] = signed_max(x + 16 * i, 16) / -4.0f;
-        smax = std::fmax(smax, std::fabs(s[i]));
-    }
+    float s[16];
+    const float smax = sub_block_scales(x, -4.0f, s);
     float d;
     store_f16(b + 108, smax / 31.0f, d);
     int ls[16];
@@ -133,11 +142,8 @@ void quantize_block_q3_k(const float* x, uint8_t* b) {
 }
 
 void quantize_block_q6_k(const float* x, uint8_t* b) {
-    float s[16], smax = 0;
-    for (int i = 0; i < 16; ++i) {
-        s[i] = signed_max(x + 16 * i, 16) / -32.0f;
-        smax = std::fmax(smax, std::fabs(s[i]));
-    }
+    float s[16];
+    const float smax = sub_block_scales(x, -32.0f, s);
     float d;
     store_f16(b + 208, smax / 127.0f, d);
     auto* sc = reinterpret_cast<int8_t*>(b + 192);

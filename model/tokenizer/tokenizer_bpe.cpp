@@ -13,6 +13,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "model/tokenizer/bigram_merge.hpp"
 #include "model/tokenizer/pretokenizer.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 
@@ -154,19 +155,9 @@ private:
             if (it != ranks_.end()) queue.push({it->second, l, r, a.n, b.n});
         };
         for (size_t k = 1; k < sym.size(); ++k) try_add(static_cast<int>(k) - 1, static_cast<int>(k));
-        while (!queue.empty()) {
-            const Bigram g = queue.top();
-            queue.pop();
-            Symbol& a = sym[static_cast<size_t>(g.left)];
-            Symbol& b = sym[static_cast<size_t>(g.right)];
-            if (a.n == 0 || b.n == 0 || a.n != g.n_left || b.n != g.n_right) continue;
-            a.n += b.n;
-            b.n = 0;
-            a.next = b.next;
-            if (b.next >= 0) sym[static_cast<size_t>(b.next)].prev = g.left;
-            try_add(a.prev, g.left);
-            try_add(g.left, a.next);
-        }
+        merge_bigrams(
+            sym, queue, [](const Bigram& g, const Symbol& a, const Symbol& b) { return a.n != g.n_left || b.n != g.n_right; },
+            try_add);
 
         for (int i = sym.empty() ? -1 : 0; i >= 0; i = sym[static_cast<size_t>(i)].next) {
             const Symbol& s = sym[static_cast<size_t>(i)];

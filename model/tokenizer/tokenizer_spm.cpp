@@ -6,6 +6,7 @@
 // byte tokens `<0xNN>`, or as the unknown token when the vocabulary has no byte tokens.
 #include <queue>
 
+#include "model/tokenizer/bigram_merge.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 #include "model/tokenizer/utf8.hpp"
 
@@ -88,19 +89,9 @@ private:
                 offs += n;
             }
             for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) try_add(i - 1, i);
-            while (!queue_.empty()) {
-                Bigram b = queue_.top();
-                queue_.pop();
-                Symbol& l = symbols_[static_cast<size_t>(b.left)];
-                Symbol& r = symbols_[static_cast<size_t>(b.right)];
-                if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;
-                l.n += r.n;
-                r.n = 0;
-                l.next = r.next;
-                if (r.next >= 0) symbols_[static_cast<size_t>(r.next)].prev = b.left;
-                try_add(l.prev, b.left);
-                try_add(b.left, l.next);
-            }
+            merge_bigrams(
+                symbols_, queue_, [](const Bigram& b, const Symbol& l, const Symbol& r) { return l.n + r.n != b.size; },
+                [this](int left, int right) { try_add(left, right); });
             for (int i = symbols_.empty() ? -1 : 0; i != -1; i = symbols_[static_cast<size_t>(i)].next)
                 resegment(symbols_[static_cast<size_t>(i)], out);
         }

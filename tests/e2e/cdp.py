@@ -21,10 +21,14 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from urllib.parse import urlparse
+
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import loomproc  # noqa: E402  (tools/loomproc.py: stop)
 
 
 def find_chromium():
@@ -237,13 +241,7 @@ class Browser:
         if getattr(self, "ws", None):
             self.ws.close()
             self.ws = None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=15)
+        loomproc.stop(self.proc, 15)
         try:  # renderers and helpers left behind by the main process
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

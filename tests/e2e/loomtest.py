@@ -6,15 +6,20 @@ Standard library only (Debian's python3). Tests talk only to 127.0.0.1.
 import http.client
 import json
 import os
-import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
 # True in a sanitizer build (CMake sets LOOM_SANITIZED=1 for every e2e test there): memory
 # figures then include ASan's quarantine and shadow, and some checks are left out.
 SANITIZED = os.environ.get("LOOM_SANITIZED") == "1"
+
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import loomproc  # noqa: E402  (tools/loomproc.py: port from the log, /health, stop)
+import gguf_edit  # noqa: E402
 
 BIN = os.environ.get("LOOM_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
 SHARED = os.environ.get("LOOM_SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
@@ -34,18 +39,9 @@ class Gateway:
             args += ["--engine", engine]
         args += list(extra)
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=preexec_fn)
-        self.port = None
         self.log = []
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            self.log.append(line)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
+        self.port = loomproc.read_port(self.proc.stderr, r"listening on http://127\.0\.0\.1:(\d+)",
+                                       time.time() + 60, self.log)
         if self.port is None:
             self.stop()
             raise RuntimeError("loom-gateway did not start:\n" + "".join(self.log))
@@ -125,13 +121,7 @@ class Gateway:
         """Ends the gateway (SIGTERM) and returns its exit status. Raises
         AssertionError when it (or its engine, whose stderr it copies) reported a
         sanitizer error (ASan, LSan, UBSan, TSan builds)."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        loomproc.stop(self.proc)
         if getattr(self, "_drainer", None):
             self._drainer.join(timeout=10)
         self.proc.stderr.close()
@@ -160,6 +150,60 @@ class GatewayTestCase(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.gw.stop()
+
+
+class ModelCopyTestCase(unittest.TestCase):
+    """A TestCase whose tests share one Gateway, self.gw, serving a copy of the GGUF
+    source_model with the chat template shared/models/templates/<template>, written as
+    <model_id>.gguf in a temporary folder, self.tmp (model_id: "copy-" and the class name in
+    lower case unless the class sets it). The folder is removed after the class's last test.
+    A subclass that needs more of the copy, or other gateway arguments, overrides setUpClass
+    and calls copy_model. Raises as GatewayTestCase does."""
+
+    source_model = None
+    template = None
+    model_id = None
+
+    @classmethod
+    def copy_model(cls, **edit):
+        """Makes cls.tmp and the copy in it; `edit` goes to gguf_edit.edit (add_tokens,
+        set_kv). Returns (the copy's path, its vocabulary size)."""
+        cls.tmp = tempfile.mkdtemp(prefix="loom-copy-")
+        if cls.model_id is None:
+            cls.model_id = "copy-" + cls.__name__.lower()
+        path = os.path.join(cls.tmp, cls.model_id + ".gguf")
+        with open(shared("models/templates/" + cls.template), encoding="utf-8") as f:
+            text = f.read()
+        return path, gguf_edit.edit(cls.source_model, path, chat_template=text, **edit)
+
+    @classmethod
+    def setUpClass(cls):
+        path, _ = cls.copy_model()
+        cls.gw = Gateway(path)
+        cls.gw.wait_ready()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+
+def read_http_response(sock, to_close=False):
+    """Reads one HTTP/1.1 response from the socket `sock` (its timeout bounds each read):
+    until the body its Content-Length names is complete, or, with to_close (or without a
+    Content-Length), until the peer closes. Returns the bytes read, head and body."""
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        if not to_close and b"\r\n\r\n" in data:
+            hdr, body = data.split(b"\r\n\r\n", 1)
+            length = [int(l.split(b":")[1]) for l in hdr.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+            if length and len(body) >= length[0]:
+                break
+    return data
 
 
 def wait_until(predicate, timeout=30, what="a condition"):

@@ -143,12 +143,7 @@ class Errors(loomtest.GatewayTestCase):
                   b"Content-Length: %d\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n" % len(body))
         self.assertTrue(s.recv(4096).startswith(b"HTTP/1.1 100 Continue"))
         s.sendall(body)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = loomtest.read_http_response(s, to_close=True)
         s.close()
         self.assertTrue(data.startswith(b"HTTP/1.1 200 OK"), data[:200])
 

@@ -58,17 +58,7 @@ class InputLimits(GatewayTestCase):
     def raw_http(self, head):
         s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=30)
         s.sendall(head)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-            if b"\r\n\r\n" in data:
-                hdr, body = data.split(b"\r\n\r\n", 1)
-                length = [int(l.split(b":")[1]) for l in hdr.split(b"\r\n") if l.lower().startswith(b"content-length:")]
-                if length and len(body) >= length[0]:
-                    break
+        data = loomtest.read_http_response(s)
         s.close()
         hdr, body = data.split(b"\r\n\r\n", 1)
         return int(hdr.split()[1]), json.loads(body)

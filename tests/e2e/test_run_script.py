@@ -10,7 +10,6 @@ so the run shows that the default path needs no network.
 import http.client
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import time
 import unittest
 
 import loomtest
+import loomproc  # noqa: E402  (tools/, put on sys.path by loomtest)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 GREEDY = ", there was a little girl named Lily. She loved to play outside in the park."
@@ -41,18 +41,9 @@ def serve_and_complete(tree, bindir):
     env = dict(os.environ, LOOM_BIN_DIR=bindir)
     proc = subprocess.Popen(["bash", os.path.join(tree, "scripts", "run.sh"), "--port", "0"], cwd=tree, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    log, port = [], None
+    log = []
     try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            log.append(line)
-            m = re.search(r"ready on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                port = int(m.group(1))
-                break
+        port = loomproc.read_port(proc.stdout, r"ready on http://127\.0\.0\.1:(\d+)", time.time() + 90, log)
         if port is None:
             return {"log": log, "status": None, "body": None}
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -62,12 +53,7 @@ def serve_and_complete(tree, bindir):
         resp = conn.getresponse()
         return {"log": log, "status": resp.status, "body": json.loads(resp.read())}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        loomproc.stop(proc)
 
 
 def isolated():

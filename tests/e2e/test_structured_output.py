@@ -18,14 +18,10 @@ that cannot follow instructions, so only the grammar can make its output valid.
 import json
 import math
 import os
-import shutil
 import sys
-import tempfile
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gguf_edit  # noqa: E402
-from loomtest import Gateway, GatewayTestCase, chat_choices, joined_bytes, main, shared  # noqa: E402
+from loomtest import GatewayTestCase, ModelCopyTestCase, chat_choices, joined_bytes, main, shared  # noqa: E402
 
 MODEL = shared("models/stories260K.gguf")
 MESSAGES = [{"role": "user", "content": "Tell me about a cat."}]
@@ -267,23 +263,13 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
          {"type": "function", "function": {"name": "get_time", "parameters": TZ}}]
 
 
-class HermesForcedCalls(unittest.TestCase):
+class HermesForcedCalls(ModelCopyTestCase):
     """The CPU engine on a copy of stories260K with Qwen2.5's template: no tokens added, so
     <tool_call> is spelled by ordinary tokens and only the grammar makes the model write it."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="loom-forced-")
-        path = os.path.join(cls.tmp, "qwen-copy.gguf")
-        text = open(shared("models/templates/Qwen-Qwen2.5-7B-Instruct.jinja"), encoding="utf-8").read()
-        gguf_edit.edit(MODEL, path, chat_template=text)
-        cls.gw = Gateway(path)
-        cls.gw.wait_ready()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.gw.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+    source_model = MODEL
+    template = "Qwen-Qwen2.5-7B-Instruct.jinja"
+    model_id = "qwen-copy"
 
     def ask(self, **extra):
         body = {"model": "qwen-copy", "messages": MESSAGES, "tools": TOOLS, "max_tokens": 300,

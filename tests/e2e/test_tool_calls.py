@@ -10,14 +10,11 @@ join to each part's text.
 """
 import os
 import re
-import shutil
 import sys
-import tempfile
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_edit  # noqa: E402
-from loomtest import Gateway, GatewayTestCase, joined_bytes, main, shared  # noqa: E402
+from loomtest import Gateway, GatewayTestCase, ModelCopyTestCase, joined_bytes, main, shared  # noqa: E402
 
 MODEL = shared("models/stories260K.gguf")
 FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_engine.py")
@@ -73,33 +70,24 @@ class UnknownParameters(GatewayTestCase):
         # (test_structured_output.py); HermesCalls checks the refusal by an engine without it.
 
 
-class ReplayCase(unittest.TestCase):
+class ReplayCase(ModelCopyTestCase):
     """A gateway on a copy of stories260K with `template` (a shared template file) and
     `tokens` added, behind fake_engine.py replaying the ids of the text set by replay()."""
 
-    template = None
+    source_model = MODEL
     tokens = ()
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="loom-tools-")
-        cls.model_id = "copy-" + cls.__name__.lower()
-        path = os.path.join(cls.tmp, cls.model_id + ".gguf")
-        text = open(shared("models/templates/" + cls.template), encoding="utf-8").read()
         # No SentencePiece space prefix, so that the recorded texts tokenize and decode
         # back byte for byte.
-        n_vocab = gguf_edit.edit(MODEL, path, chat_template=text, add_tokens=cls.tokens,
-                                 set_kv={"tokenizer.ggml.add_space_prefix": (gguf_edit.BOOL, False)})
+        path, n_vocab = cls.copy_model(add_tokens=cls.tokens,
+                                       set_kv={"tokenizer.ggml.add_space_prefix": (gguf_edit.BOOL, False)})
         cls.script = os.path.join(cls.tmp, "script")
         open(cls.script, "w").close()
         cls.gw = Gateway(path, "--engine-arg=--script", "--engine-arg=" + cls.script, "--engine-arg=--n-vocab",
                          "--engine-arg=%d" % n_vocab, engine=FAKE)
         cls.gw.wait_ready()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.gw.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def replay(self, text):
         """The fake engine's next outputs are `text`, tokenized by the gateway."""
@@ -319,23 +307,13 @@ class MistralSplitMarkers(ReplayCase):
             self.assertRegex(t["id"], r"^[A-Za-z0-9]{9}$")
 
 
-class TokenizeRendersAsChat(unittest.TestCase):
+class TokenizeRendersAsChat(ModelCopyTestCase):
     """/tokenize with `messages` counts what chat renders, template kwargs included: a copy
     of stories260K with Qwen3's template (which reads `enable_thinking`) and the CPU engine."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="loom-tokenize-")
-        path = os.path.join(cls.tmp, "qwen3-copy.gguf")
-        gguf_edit.edit(MODEL, path, chat_template=open(shared("models/templates/Qwen-Qwen3-0.6B.jinja"),
-                                                        encoding="utf-8").read())
-        cls.gw = Gateway(path)
-        cls.gw.wait_ready()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.gw.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+    source_model = MODEL
+    template = "Qwen-Qwen3-0.6B.jinja"
+    model_id = "qwen3-copy"
 
     def counts(self, **extra):
         st, tok = self.gw.post("/tokenize", dict(messages=MESSAGES, **extra))

@@ -36,6 +36,17 @@ void check_two_calls(const Parsed& p, bool two = true) {
     }
 }
 
+// Each of `texts` parses, every way, to no call and all content, markers included.
+template <class Make>
+void check_all_content(Make make, std::initializer_list<std::string> texts) {
+    for (const std::string& text : texts) {
+        INFO(text);
+        const Parsed p = parse_all_ways(make, text);
+        CHECK(p.calls.empty());
+        CHECK(p.content == text);
+    }
+}
+
 }  // namespace
 
 TEST_CASE("templates are detected as their tool-call families") {
@@ -90,15 +101,10 @@ TEST_CASE("hermes: content after calls, and malformed calls stay content") {
     CHECK(p.content == "Done.");
     // Not JSON, no name, a number for a name, arguments that are not an object, cut
     // before the commit: all content, markers included.
-    for (const std::string bad : {"A <tool_call>not json</tool_call> B", "<tool_call>{\"arguments\": {\"a\": 1}}</tool_call>",
-                                  "<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>",
-                                  "<tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>",
-                                  "<tool_call>\n{\"name\": \"get_weather\", \"argu", "x <tool_call", "<tool_call>{\"name\": \"a b\", \"arguments\": {}}"}) {
-        INFO(bad);
-        p = parse_all_ways(mk, bad);
-        CHECK(p.calls.empty());
-        CHECK(p.content == bad);
-    }
+    check_all_content(mk, {"A <tool_call>not json</tool_call> B", "<tool_call>{\"arguments\": {\"a\": 1}}</tool_call>",
+                      "<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>",
+                      "<tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>",
+                      "<tool_call>\n{\"name\": \"get_weather\", \"argu", "x <tool_call", "<tool_call>{\"name\": \"a b\", \"arguments\": {}}"});
     // A failed call, then a good one: the first stays content.
     p = parse_all_ways(mk, "<tool_call>oops</tool_call><tool_call>{\"name\": \"g\", \"arguments\": {\"x\": [1, 2]}}</tool_call>");
     REQUIRE(p.calls.size() == 1);
@@ -179,13 +185,8 @@ TEST_CASE("llama3: the Llama 3.1 and 3.2 templates' call, ';'-separated calls, a
                                   "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}");
     check_two_calls(p);
     // Calls only at the start; a JSON object later is content, and so is plain text.
-    for (const std::string text : {"Here: {\"name\": \"f\", \"parameters\": {}}", "{not a call}", "  {\"name\": \"f\"}",
-                                   "<|python_tag|>brave_search.call(query=\"x\")"}) {
-        INFO(text);
-        p = parse_all_ways(mk, text);
-        CHECK(p.calls.empty());
-        CHECK(p.content == text);
-    }
+    check_all_content(mk, {"Here: {\"name\": \"f\", \"parameters\": {}}", "{not a call}", "  {\"name\": \"f\"}",
+                       "<|python_tag|>brave_search.call(query=\"x\")"});
 }
 
 TEST_CASE("mistral: Nemo's JSON list and Small 3.2's [ARGS] form") {
@@ -206,13 +207,8 @@ TEST_CASE("mistral: Nemo's JSON list and Small 3.2's [ARGS] form") {
     Parsed p = parse_all_ways(mk, "Checking.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}");
     check_two_calls(p, false);
     CHECK(p.content == "Checking.");
-    for (const std::string bad : {"[TOOL_CALLS]get weather[ARGS]{}", "[TOOL_CALLS]f[ARGS]nope", "[TOOL_CALLS][1, 2]",
-                                  "[TOOL_CALLS]f{\"a\": 1}"}) {
-        INFO(bad);
-        p = parse_all_ways(mk, bad);
-        CHECK(p.calls.empty());
-        CHECK(p.content == bad);
-    }
+    check_all_content(mk, {"[TOOL_CALLS]get weather[ARGS]{}", "[TOOL_CALLS]f[ARGS]nope", "[TOOL_CALLS][1, 2]",
+                      "[TOOL_CALLS]f{\"a\": 1}"});
 }
 
 TEST_CASE("deepseek: V3.1 and R1 forms") {
@@ -247,10 +243,7 @@ TEST_CASE("deepseek: V3.1 and R1 forms") {
     REQUIRE(p.calls.size() == 1);
     CHECK(p.calls[0].arguments == "{\"a\" 1}");
     CHECK(p.content == "after");
-    const std::string bad = "<｜tool▁calls▁begin｜>garbage";
-    p = parse_all_ways(maker(tools_of(ToolFamily::DeepSeek)), bad);
-    CHECK(p.calls.empty());
-    CHECK(p.content == bad);
+    check_all_content(maker(tools_of(ToolFamily::DeepSeek)), {"<｜tool▁calls▁begin｜>garbage"});
 }
 
 TEST_CASE("granite: a JSON list after <|tool_call|>") {
