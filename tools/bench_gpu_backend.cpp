@@ -6,7 +6,8 @@
 //
 // Usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] [GPU options]
 // where the GPU options are the engine's: --kv-f32, --batch-invariant, --no-graphs,
-// --no-fuse-rope, --own-gemm, --matvec-rows N.
+// --no-fuse-rope, --own-gemm, --matvec-rows N, --tiled-prefill-attn / --gemm-prefill-attn /
+// --gemm16-prefill-attn (the engine's --prefill-attn tiled / gemm / gemm16); --ctx N; --prefill-list N,N,... times only those prefills (TTFT of the backend).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -153,6 +154,7 @@ int main(int argc, char** argv) {
     std::string model;
     int prompt = 512, gen = 128;
     bool decode_only = false;
+    std::vector<int> prefill_list;  // --prefill-list: only these prefills, timed
     gpu::GpuOptions opts;
     opts.engine_name = "loom-gpu-bench";
     opts.n_ctx = 4096;
@@ -170,16 +172,34 @@ int main(int argc, char** argv) {
         else if (a == "--no-graphs") opts.graphs = false;
         else if (a == "--no-fuse-rope") opts.fuse_rope = false;
         else if (a == "--own-gemm") opts.own_gemm = true;
+        else if (a == "--tiled-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Tiled;
+        else if (a == "--gemm-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Gemm;
+        else if (a == "--gemm16-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Gemm16;
+        else if (a == "--ctx") opts.n_ctx = next();
+        else if (a == "--prefill-list" && i + 1 < argc) {
+            for (const char* p = argv[++i]; *p;) {
+                char* end = nullptr;
+                prefill_list.push_back(static_cast<int>(std::strtol(p, &end, 10)));
+                p = *end == ',' ? end + 1 : end;
+                if (end == p && *p) break;
+            }
+        }
         else if (a == "--matvec-rows") opts.matvec_rows = next();
         else {
             std::fprintf(stderr, "loom-gpu-bench: unknown option %s\n", a.c_str());
             return 2;
         }
     }
-    if (model.empty() || prompt < 1 || gen < 1 || prompt + gen + 8 > opts.n_ctx) {
+    int max_list = 0;
+    for (int n : prefill_list) max_list = std::max(max_list, n);
+    if (max_list + 8 > opts.n_ctx) opts.n_ctx = max_list + 8;
+    opts.kv_tokens = std::max<int64_t>(opts.kv_tokens, opts.n_ctx);
+    if (model.empty() || prompt < 1 || gen < 1 || prompt + gen + 8 > opts.n_ctx ||
+        std::find_if(prefill_list.begin(), prefill_list.end(), [](int n) { return n < 1; }) != prefill_list.end()) {
         std::fprintf(stderr, "usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] "
                              "[--kv-f32] [--batch-invariant] [--no-graphs] [--no-fuse-rope] [--own-gemm] "
-                             "[--matvec-rows N]\n");
+                             "[--matvec-rows N] [--tiled-prefill-attn | --gemm-prefill-attn | --gemm16-prefill-attn] "
+                             "[--ctx N] [--prefill-list N,N,...]\n");
         return 2;
     }
     const double bw = copy_bandwidth();
@@ -189,6 +209,34 @@ int main(int argc, char** argv) {
     const int V = be.info().n_vocab;
     const double wbytes = static_cast<double>(be.weight_bytes());
     Driver dr(be);
+
+    // --prefill-list: each prompt prefilled in chunks of the step limit and its first token
+    // sampled (the backend's TTFT), median of 3 up to 4,096 tokens, one run above; one warm-up.
+    if (!prefill_list.empty()) {
+        auto once = [&](int n, uint64_t seed) {
+            dr.reset_blocks();
+            Seq s = dr.open(0, n + 1, -1);
+            const auto toks = random_tokens(n, V, seed);
+            const auto t0 = Clock::now();
+            dr.prefill(s, toks);
+            const double t = secs(t0, Clock::now());
+            dr.close(s);
+            return t;
+        };
+        once(std::min(prefill_list.front(), 512), 9);
+        std::string json;
+        for (int n : prefill_list) {
+            std::vector<double> ts;
+            for (int r = 0; r < (n <= 4096 ? 3 : 1); ++r) ts.push_back(once(n, 10 + static_cast<uint64_t>(r)));
+            std::sort(ts.begin(), ts.end());
+            const double t = ts[ts.size() / 2];
+            std::printf("prefill %d: %.0f tok/s (%.1f ms, %zu run%s)\n", n, n / t, t * 1e3, ts.size(),
+                        ts.size() > 1 ? "s, median" : "");
+            json += (json.empty() ? "" : ", ") + ("\"" + std::to_string(n) + "\": " + std::to_string(t * 1e3));
+        }
+        std::printf("BENCHP {\"load_s\": %.2f, \"prefill_ms\": {%s}}\n", load_s, json.c_str());
+        return 0;
+    }
 
     // Batch-1 decode after a prompt, as the serve loop drives it (one step, sampling included).
     auto decode_run = [&](int n_lp, double& step_ms) {

@@ -55,4 +55,23 @@ void Gemm::run(const void* W, bool w_f16, int64_t ldw, const float* x32, int64_t
     gemm_own(x32, ldx32, W, w_f16, ldw, M, N, K, C, ldc, accumulate, stream_);
 }
 
+void Gemm::batched_f16(bool a_t, int m, int n, int k, float alpha, const uint16_t* A, int64_t lda, int64_t sa,
+                       const uint16_t* B, int64_t ldb, int64_t sb, float* C, int64_t ldc, int64_t sc, int batch,
+                       bool accumulate) {
+    if (m <= 0 || n <= 0 || batch <= 0) return;
+#if defined(LOOM_GPU_CUDA)
+    if (cublas_) {
+        const float beta = accumulate ? 1.0f : 0.0f;
+        const cublasStatus_t st = cublasGemmStridedBatchedEx(
+            static_cast<cublasHandle_t>(handle_), a_t ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, A,
+            CUDA_R_16F, static_cast<int>(lda), sa, B, CUDA_R_16F, static_cast<int>(ldb), sb, &beta, C, CUDA_R_32F,
+            static_cast<int>(ldc), sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            throw GpuError("cublasGemmStridedBatchedEx failed with status " + std::to_string(static_cast<int>(st)));
+        return;
+    }
+#endif
+    gemm_batched_f16_own(a_t, m, n, k, alpha, A, lda, sa, B, ldb, sb, C, ldc, sc, batch, accumulate, stream_);
+}
+
 }  // namespace loom::gpu

@@ -29,6 +29,15 @@ public:
     void run(const void* W, bool w_f16, int64_t ldw, const float* x32, int64_t ldx32, const uint16_t* x16,
              int64_t ldx16, int M, int N, int K, float* C, int64_t ldc, bool accumulate);
 
+    /// Strided batched product in cuBLAS's column-major terms (cublasGemmStridedBatchedEx): for
+    /// b < batch, C_b (m x n, F32, ldc) = alpha * op(A_b) . B_b (+ C_b when accumulate) with A_b = A + b * sa (F16; op(A_b)
+    /// = A_b^T, A_b k x m with lda, when a_t; else A_b m x k), B_b = B + b * sb (F16, k x n, ldb),
+    /// C_b = C + b * sc; F32 accumulation (cuBLAS on the tensor cores where wants_f16_input(), else
+    /// gemm_batched_f16_own). Throws GpuError when cuBLAS fails.
+    void batched_f16(bool a_t, int m, int n, int k, float alpha, const uint16_t* A, int64_t lda, int64_t sa,
+                     const uint16_t* B, int64_t ldb, int64_t sb, float* C, int64_t ldc, int64_t sc, int batch,
+                     bool accumulate = false);
+
 private:
     gpuStream_t stream_;
     bool cublas_ = false;

@@ -121,6 +121,29 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
         atth_ = alloc<uint16_t>(Rz * ld_att_);
         gh_ = alloc<uint16_t>(Rz * ld_ff_);
     }
+    // GEMM prefill attention: gathered K/V for a whole context, packed Q and O for a step, and
+    // scores for kAttnScratch bytes (scores F32 + softmax F16, and its low part when split), at
+    // least 16 queries of every head at the full context.
+    using PA = GpuOptions::PrefillAttn;
+    attn_gemm_ = !opts.kv_f32 && !opts.batch_invariant && hp.head_dim % 8 == 0 &&
+                 (opts.prefill_attn == PA::Gemm || opts.prefill_attn == PA::Gemm16 ||
+                  (opts.prefill_attn == PA::Auto && f16_in_));
+    attn_split_ = attn_gemm_ && opts.prefill_attn != PA::Gemm16;
+    if (attn_gemm_) {
+        constexpr int64_t kAttnScratch = int64_t{256} << 20;
+        const int64_t ctx8 = (int64_t{info_.n_ctx} + 7) / 8 * 8;
+        attn_elems_ = std::max(kAttnScratch / (attn_split_ ? 8 : 6), int64_t{hp.n_head} * ctx8 * 16);
+        kc_ = alloc<uint16_t>(static_cast<size_t>(ctx8 * nkv_));
+        vc_ = alloc<uint16_t>(static_cast<size_t>(ctx8 * nkv_));
+        qp_ = alloc<uint16_t>(Rz * static_cast<size_t>(nq_));
+        op_ = alloc<float>(Rz * static_cast<size_t>(nq_));
+        ss_ = alloc<float>(static_cast<size_t>(attn_elems_));
+        pp_ = alloc<uint16_t>(static_cast<size_t>(attn_elems_));
+        if (attn_split_) {
+            qp_lo_ = alloc<uint16_t>(Rz * static_cast<size_t>(nq_));
+            pp_lo_ = alloc<uint16_t>(static_cast<size_t>(attn_elems_));
+        }
+    }
     // Dequantization scratch: the largest quantized matrix of a layer, and a slice of the output.
     auto quantized = [](const DevMatrix& m) { return m.type != kF16 && m.type != kF32; };
     size_t ws = 0;
@@ -292,6 +315,7 @@ void GpuBackend::build_rows(const engine::StepPlan& plan) {
         if (!short_chunk(plan.rows[i].tokens.size())) order.push_back(i);
 
     rows_.n = tables_.n = tiles_.n = gather_.n = sample_rows_.n = score_rows_.n = 0;
+    chunks_.clear();
     int32_t max_pos = 0;
     pure_decode_ = true;
     nblk_ = 1;
@@ -308,6 +332,7 @@ void GpuBackend::build_rows(const engine::StepPlan& plan) {
         flat_start_[i] = f;
         const bool dec_attn = n <= kShortChunkRows;
         if (dec_attn || opts_.batch_invariant) max_pos = std::max(max_pos, static_cast<int32_t>(r.pos0) + n - 1);
+        if (!dec_attn) chunks_.push_back(PrefillTile{f, n, static_cast<int32_t>(r.pos0), table});
         if (!dec_attn)
             for (int32_t q0 = 0; q0 < n; q0 += qpt_)
                 tiles_.host[tiles_.n++] =

@@ -6,8 +6,9 @@
 // chunks) and runs one forward pass over all of them: the linear layers over every row at once
 // (the register-dequantizing matvec kernel for up to GpuOptions::matvec_rows rows, GEMMs over
 // weights dequantized to F16 beyond), RoPE at each row's position, K/V stored through each row's
-// block table, split-K decode attention for 1-token rows and tiled prefill attention for chunks
-// (both read the cached prefix through the table). Then prompt scoring, the output projection of
+// block table, split-K decode attention for 1-token rows and, for chunks, prefill attention as
+// cuBLAS products over the chunk's gathered K/V (CUDA) or the tiled kernel (both read the cached
+// prefix through the table). Then prompt scoring, the output projection of
 // the sampled rows, one batched sampling launch and one device-to-host copy. Pure-decode steps
 // of up to 8 rows replay a captured CUDA/HIP graph per (rows, attention splits).
 //
@@ -47,6 +48,11 @@ struct GpuOptions {
     bool graphs = true;             ///< replay pure-decode steps as graphs (CUDA/HIP)
     bool fuse_rope = true;          ///< RoPE and the K/V store in the QKV matvec's epilogue
     bool own_gemm = false;          ///< loom's GEMM kernel instead of cuBLAS (CUDA)
+    /// Prefill attention: Auto is Gemm where cuBLAS runs the GEMMs, Tiled elsewhere; Gemm and
+    /// Gemm16 (F16 KV pool, not batch_invariant) run products on cuBLAS or, without it, loom's
+    /// plain kernel: Gemm16 one F16 product each for QK^T and PV (Q and P rounded to F16), Gemm
+    /// two (Q and P split into F16 high and low parts, about F32's accuracy, twice the products).
+    enum class PrefillAttn { Auto, Tiled, Gemm, Gemm16 } prefill_attn = PrefillAttn::Auto;
     int matvec_rows = 8;            ///< steps of at most this many rows use the matvec kernel
 };
 
@@ -89,6 +95,7 @@ private:
     // ---- the forward pass (gpu_forward.cpp) ----
     void forward(int T);
     void attention(int T, int layer);
+    void prefill_attention_gemm(const PrefillTile& chunk, int layer);
     void linear(const DevMatrix* const* mats, float* const* ys, int nmat, int rows, const float* x32, int64_t ldx,
                 const uint16_t* x16, int64_t ldx16, int64_t ldy, bool add, const float* norm_w = nullptr,
                 const int8_t* roles = nullptr, int layer = 0);
@@ -143,6 +150,16 @@ private:
     float* part_ = nullptr;    // split-K partials: part_rows_ queries, splits_max_ splits
     int part_rows_ = 0, splits_max_ = 1;
     SampleOut* out_dev_ = nullptr;  // [max_slots + R]: sampled rows, then scored rows
+    // GEMM prefill attention (cuBLAS, F16 pool; kernels.hpp): attn_gemm_ when it runs.
+    bool attn_gemm_ = false;
+    bool attn_split_ = false;  // high and low F16 parts of Q and P (PrefillAttn::Gemm)
+    uint16_t *kc_ = nullptr, *vc_ = nullptr;  // [n_ctx][nkv] a chunk's gathered keys and values
+    uint16_t* qp_ = nullptr;   // [R * nq] queries packed by KV head
+    float* op_ = nullptr;      // [R * nq] outputs, same layout
+    float* ss_ = nullptr;      // [attn_elems_] scores of a sub-block of queries
+    uint16_t* pp_ = nullptr;   // [attn_elems_] their softmax
+    uint16_t *qp_lo_ = nullptr, *pp_lo_ = nullptr;  // the low parts (attn_split_)
+    int64_t attn_elems_ = 0;
     SampleOut* out_host_ = nullptr;
 
     /// One array of a step's inputs: a pinned host copy and its device twin at a fixed address (so
@@ -157,6 +174,7 @@ private:
     Staged<RowDesc> rows_;            // [R] flat token rows
     Staged<int32_t> tables_;          // [max_slots * blocks per sequence] block tables
     Staged<PrefillTile> tiles_;       // [R] prefill attention tiles
+    std::vector<PrefillTile> chunks_;  // the step's prefill chunks, one entry each (host)
     Staged<int32_t> gather_;          // [max_slots + R] x rows of the sampled rows, then of the scored rows
     Staged<SampleRow> sample_rows_;   // [max_slots]
     Staged<ScoreRow> score_rows_;     // [R]

@@ -138,7 +138,41 @@ void GpuBackend::attention(int T, int layer) {
         attn_decode(qkv_ + static_cast<int64_t>(g0) * ld_qkv_, ld_qkv_, rows_.dev + g0, n, layer, sh_, kv_, splits_,
                     part_, att_ + static_cast<int64_t>(g0) * ld_att_, ld_att_, stream_);
     }
+    if (attn_gemm_) {
+        for (const PrefillTile& c : chunks_) prefill_attention_gemm(c, layer);
+        return;
+    }
     attn_prefill(qkv_, ld_qkv_, tiles_.dev, static_cast<int>(tiles_.n), layer, sh_, kv_, att_, ld_att_, stream_);
+}
+
+void GpuBackend::prefill_attention_gemm(const PrefillTile& c, int layer) {
+    // Column-major views (cuBLAS): K and V of KV head g are head_dim x n_keys matrices at kc_/vc_ +
+    // g * head_dim with leading dimension nkv; the chunk's queries of head g are head_dim x (n *
+    // group) at qp_ + g * n * group * head_dim (q_pack_f16); scores of a sub-block of m queries
+    // are n_keys x (m * group) per KV head, ld = n_keys rounded up to 8. Split (attn_split_): the
+    // low parts of Q and P add a second product each, accumulated into the first's output.
+    const int hd = sh_.head_dim, group = sh_.n_head / sh_.n_head_kv, nkvh = sh_.n_head_kv;
+    const int n = c.n, n_ctx = c.pos0 + c.n;
+    const int64_t head_q = int64_t{n} * group * hd;  // packed elements per KV head
+    kv_gather_f16(kv_, layer, c.table, n_ctx, kc_, vc_, stream_);
+    q_pack_f16(qkv_ + int64_t{c.row0} * ld_qkv_, ld_qkv_, n, sh_, qp_, attn_split_ ? qp_lo_ : nullptr, stream_);
+    const int64_t ld_max = (int64_t{n_ctx} + 7) / 8 * 8;
+    const int rq = static_cast<int>(std::min<int64_t>(n, attn_elems_ / (int64_t{sh_.n_head} * ld_max)));
+    for (int r0 = 0; r0 < n; r0 += rq) {
+        const int m = std::min(rq, n - r0), cols = m * group;
+        const int n_keys = c.pos0 + r0 + m;
+        const int64_t ld = (int64_t{n_keys} + 7) / 8 * 8;
+        const int64_t q_off = int64_t{r0} * group * hd;
+        for (int part = 0; part < (attn_split_ ? 2 : 1); ++part)
+            gemm_->batched_f16(true, n_keys, cols, hd, sh_.scale, kc_, nkv_, hd, (part ? qp_lo_ : qp_) + q_off, hd,
+                               head_q, ss_, ld, cols * ld, nkvh, part == 1);
+        attn_softmax_causal(ss_, pp_, attn_split_ ? pp_lo_ : nullptr, ld, nkvh * cols, cols, group, c.pos0 + r0,
+                            n_keys, stream_);
+        for (int part = 0; part < (attn_split_ ? 2 : 1); ++part)
+            gemm_->batched_f16(false, hd, cols, n_keys, 1.0f, vc_, nkv_, hd, part ? pp_lo_ : pp_, ld, cols * ld,
+                               op_ + q_off, hd, head_q, nkvh, part == 1);
+    }
+    o_unpack(op_, n, sh_, att_ + int64_t{c.row0} * ld_att_, ld_att_, stream_);
 }
 
 void GpuBackend::forward(int T) {

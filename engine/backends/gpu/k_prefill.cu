@@ -1,6 +1,8 @@
 // Prefill kernels of the GPU backend: tiled causal attention with an online softmax on F32
-// FMA units over the paged KV cache (the cached prefix and the chunk's own positions alike), and
-// loom's own tiled GEMM for builds without cuBLAS.
+// FMA units over the paged KV cache (the cached prefix and the chunk's own positions alike),
+// the element-wise steps of the GEMM prefill attention (K/V gather, Q pack, causal softmax,
+// output unpack; the products are cuBLAS's, gpu_forward.cpp), and loom's own tiled GEMM for
+// builds without cuBLAS.
 //
 // Sources: online softmax (Milakov & Gimelshein 2018) and tiling (FlashAttention, Dao et al.
 // 2022); the arithmetic mirrors engine/backends/cpu/cpu_backend.cpp.
@@ -192,6 +194,115 @@ __global__ void __launch_bounds__(256) gemm_kernel(const float* A, int64_t lda, 
         }
 }
 
+// ---- GEMM prefill attention: the element-wise steps --------------------------------------
+
+constexpr int kAttnT = 256;  // threads per block of the steps below
+
+// Block 0..n_pos-1 copies position blockIdx.x's K and V rows (kv_dim halves each, F16 pool) of
+// `layer` into k[pos][kv_dim] and v[pos][kv_dim], 16 bytes per thread and step.
+__global__ void __launch_bounds__(kAttnT) kv_gather_kernel(PagedKv kv, int layer, int32_t table, uint16_t* k,
+                                                           uint16_t* v) {
+    const int pos = static_cast<int>(blockIdx.x);
+    const int64_t kd = kv.layout.kv_dim;
+    const int64_t ko = kv_off(kv, layer, table, pos, 0);
+    const auto* pool = static_cast<const uint16_t*>(kv.pool);
+    const int64_t vo = ko + kv.layout.half_elems();
+    for (int64_t e = static_cast<int64_t>(threadIdx.x) * 8; e < kd; e += int64_t{kAttnT} * 8) {
+        *reinterpret_cast<uint4*>(k + pos * kd + e) = ld16(pool + ko + e);
+        *reinterpret_cast<uint4*>(v + pos * kd + e) = ld16(pool + vo + e);
+    }
+}
+
+// qp[g][t][j][d] = F16(q[t][(g * group + j) * hd + d]) for the n rows of a chunk; lo (optional)
+// the F16 of what that rounding left out.
+__global__ void __launch_bounds__(kAttnT) q_pack_kernel(const float* q, int64_t q_ld, int n, AttnShape sh,
+                                                        uint16_t* qp, uint16_t* lo) {
+    const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
+    const int64_t nq = int64_t{sh.n_head} * hd;
+    const int64_t e = static_cast<int64_t>(blockIdx.x) * kAttnT + static_cast<int64_t>(threadIdx.x);
+    if (e >= nq * n) return;
+    const int64_t t = e / nq;
+    const int rest = static_cast<int>(e % nq), h = rest / hd, d = rest % hd;
+    const int g = h / group, j = h % group;
+    const int64_t o = ((g * int64_t{n} + t) * group + j) * hd + d;
+    const float x = q[t * q_ld + rest];
+    const uint16_t hi = f2h(x);
+    qp[o] = hi;
+    if (lo) lo[o] = f2h(x - h2f(hi));
+}
+
+// att[t][(g * group + j) * hd + d] = op[g][t][j][d] for the n rows of a chunk.
+__global__ void __launch_bounds__(kAttnT) o_unpack_kernel(const float* op, int n, AttnShape sh, float* att,
+                                                          int64_t att_ld) {
+    const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
+    const int64_t nq = int64_t{sh.n_head} * hd;
+    const int64_t e = static_cast<int64_t>(blockIdx.x) * kAttnT + static_cast<int64_t>(threadIdx.x);
+    if (e >= nq * n) return;
+    const int64_t t = e / nq;
+    const int rest = static_cast<int>(e % nq), h = rest / hd, d = rest % hd;
+    const int g = h / group, j = h % group;
+    att[t * att_ld + rest] = op[((g * int64_t{n} + t) * group + j) * hd + d];
+}
+
+// Reduction over the block (kAttnT threads) of v by op (max or sum); every thread gets it.
+template <bool kMax>
+LOOM_DEV float block_reduce(float v, float* sh) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+    v = kMax ? warp_max(v) : warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float r = sh[0];
+    for (int w = 1; w < kAttnT / kWarp; ++w) r = kMax ? fmaxf(r, sh[w]) : r + sh[w];
+    return r;
+}
+
+// Row r of the scaled scores S (F32, leading dimension ld): column c = r % cols is query t = c /
+// group of the sub-block, at position pos_r0 + t, which sees keys 0..pos_r0 + t. P (F16, same
+// layout) = softmax over those keys, 0 for the masked keys up to n_keys; P_lo (optional) the F16
+// of what P's rounding left out.
+__global__ void __launch_bounds__(kAttnT) attn_softmax_kernel(const float* S, uint16_t* P, uint16_t* P_lo, int64_t ld,
+                                                              int cols, int group, int pos_r0, int n_keys) {
+    __shared__ float red[kAttnT / 32 + 1];
+    const auto r = static_cast<int64_t>(blockIdx.x);
+    const int t = static_cast<int>(r % cols) / group;
+    const int valid = min(n_keys, pos_r0 + t + 1);
+    const float* s = S + r * ld;
+    uint16_t* p = P + r * ld;
+    uint16_t* pl = P_lo ? P_lo + r * ld : nullptr;
+    const int tid = static_cast<int>(threadIdx.x);
+    float mx = kNegInf;
+    for (int j = tid; j < valid; j += kAttnT) mx = fmaxf(mx, s[j]);
+    mx = block_reduce<true>(mx, red);
+    float sum = 0.0f;
+    for (int j = tid; j < valid; j += kAttnT) sum += expf(s[j] - mx);
+    sum = block_reduce<false>(sum, red);
+    const float inv = 1.0f / sum;
+    for (int j = tid; j < n_keys; j += kAttnT) {
+        const float x = j < valid ? expf(s[j] - mx) * inv : 0.0f;
+        const uint16_t h = f2h(x);
+        p[j] = h;
+        if (pl) pl[j] = f2h(x - h2f(h));
+    }
+}
+
+// C_b[i][j] (column-major) = alpha * sum_k op(A_b)[i][k] * B_b[k][j]; blockIdx.y = b.
+__global__ void __launch_bounds__(kAttnT) gemm_batched_own_kernel(int a_t, int m, int n, int k, float alpha,
+                                                                  const uint16_t* A, int64_t lda, int64_t sa,
+                                                                  const uint16_t* B, int64_t ldb, int64_t sb,
+                                                                  float* C, int64_t ldc, int64_t sc, int accumulate) {
+    const int64_t e = static_cast<int64_t>(blockIdx.x) * kAttnT + static_cast<int64_t>(threadIdx.x);
+    if (e >= int64_t{m} * n) return;
+    const auto b = static_cast<int64_t>(blockIdx.y);
+    const int64_t i = e % m, j = e / m;
+    A += b * sa;
+    B += b * sb + j * ldb;
+    float acc = 0.0f;
+    for (int64_t q = 0; q < k; ++q) acc += h2f(a_t ? A[i * lda + q] : A[q * lda + i]) * h2f(B[q]);
+    float* c = C + b * sc + j * ldc + i;
+    *c = accumulate ? *c + alpha * acc : alpha * acc;
+}
+
 // Rows per tile (RB: (query, head-in-group) pairs) and keys per step (BK) that fit in 48 KiB of
 // shared memory for head size hd; RB = 0 when none does.
 void prefill_tiling(int hd, int& RB, int& BK, size_t& smem) {
@@ -233,6 +344,51 @@ void attn_prefill(const float* q, int64_t q_ld, const PrefillTile* tiles, int nt
     auto k = attn_prefill_kernel;
     const dim3 grid(static_cast<unsigned>(ntiles), static_cast<unsigned>(sh.n_head_kv * hgroups));
     LOOM_LAUNCH(k, grid, kPrefillT, smem, s, q, q_ld, tiles, layer, sh, kv, RB, BK, att, att_ld);
+    LOOM_GPU_CHECK_LAUNCH();
+}
+
+void kv_gather_f16(const PagedKv& kv, int layer, int32_t table, int n_pos, uint16_t* k, uint16_t* v,
+                   gpuStream_t s) {
+    if (n_pos <= 0) return;
+    if (!kv.f16 || kv.layout.kv_dim % 8) throw GpuError("kv_gather_f16: needs an F16 pool and kv_dim % 8 == 0");
+    auto kern = kv_gather_kernel;
+    LOOM_LAUNCH(kern, dim3(static_cast<unsigned>(n_pos)), kAttnT, 0, s, kv, layer, table, k, v);
+    LOOM_GPU_CHECK_LAUNCH();
+}
+
+void q_pack_f16(const float* q, int64_t q_ld, int n, const AttnShape& sh, uint16_t* qp, uint16_t* qp_lo,
+                gpuStream_t s) {
+    if (n <= 0) return;
+    const int64_t e = int64_t{sh.n_head} * sh.head_dim * n;
+    auto kern = q_pack_kernel;
+    LOOM_LAUNCH(kern, dim3(static_cast<unsigned>((e + kAttnT - 1) / kAttnT)), kAttnT, 0, s, q, q_ld, n, sh, qp, qp_lo);
+    LOOM_GPU_CHECK_LAUNCH();
+}
+
+void o_unpack(const float* op, int n, const AttnShape& sh, float* att, int64_t att_ld, gpuStream_t s) {
+    if (n <= 0) return;
+    const int64_t e = int64_t{sh.n_head} * sh.head_dim * n;
+    auto kern = o_unpack_kernel;
+    LOOM_LAUNCH(kern, dim3(static_cast<unsigned>((e + kAttnT - 1) / kAttnT)), kAttnT, 0, s, op, n, sh, att, att_ld);
+    LOOM_GPU_CHECK_LAUNCH();
+}
+
+void attn_softmax_causal(const float* S, uint16_t* P, uint16_t* P_lo, int64_t ld, int rows, int cols, int group,
+                         int pos_r0, int n_keys, gpuStream_t s) {
+    if (rows <= 0) return;
+    auto kern = attn_softmax_kernel;
+    LOOM_LAUNCH(kern, dim3(static_cast<unsigned>(rows)), kAttnT, 0, s, S, P, P_lo, ld, cols, group, pos_r0, n_keys);
+    LOOM_GPU_CHECK_LAUNCH();
+}
+
+void gemm_batched_f16_own(bool a_t, int m, int n, int k, float alpha, const uint16_t* A, int64_t lda, int64_t sa,
+                          const uint16_t* B, int64_t ldb, int64_t sb, float* C, int64_t ldc, int64_t sc, int batch,
+                          bool accumulate, gpuStream_t s) {
+    if (m <= 0 || n <= 0 || batch <= 0) return;
+    const int64_t e = int64_t{m} * n;
+    const dim3 grid(static_cast<unsigned>((e + kAttnT - 1) / kAttnT), static_cast<unsigned>(batch));
+    auto kern = gemm_batched_own_kernel;
+    LOOM_LAUNCH(kern, grid, kAttnT, 0, s, a_t ? 1 : 0, m, n, k, alpha, A, lda, sa, B, ldb, sb, C, ldc, sc, accumulate ? 1 : 0);
     LOOM_GPU_CHECK_LAUNCH();
 }
 

@@ -118,6 +118,14 @@ void embed(const DevMatrix& m, const RowDesc* rows, int n, float* x, int64_t ld,
 void gemm_own(const float* A, int64_t lda, const void* W, bool w_f16, int64_t ldw, int M, int N, int K, float* C,
               int64_t ldc, bool accumulate, gpuStream_t s);
 
+/// The same product as Gemm::batched_f16 (column-major, F16 A and B, F32 C = alpha * op(A) . B,
+/// added to C when accumulate)
+/// by a plain kernel, one output per thread with an F32 sum over k in order: for builds without
+/// cuBLAS (HIP, the emulator), where it is correct but not fast.
+void gemm_batched_f16_own(bool a_t, int m, int n, int k, float alpha, const uint16_t* A, int64_t lda, int64_t sa,
+                          const uint16_t* B, int64_t ldb, int64_t sb, float* C, int64_t ldc, int64_t sc, int batch,
+                          bool accumulate, gpuStream_t s);
+
 // ---- element-wise and normalisation -----------------------------------------------------
 
 /// RMSNorm (Zhang & Sennrich 2019) of `rows` rows of n: y[i] = x[r] * (1/sqrt(mean(x[r]^2) +
@@ -184,6 +192,36 @@ int attn_prefill_tile_queries(const AttnShape& sh);
 /// all query heads of a KV group share each K/V tile. Throws GpuError for a head_dim above 256.
 void attn_prefill(const float* q, int64_t q_ld, const PrefillTile* tiles, int ntiles, int layer,
                   const AttnShape& sh, const PagedKv& kv, float* att, int64_t att_ld, gpuStream_t s);
+
+// ---- GEMM prefill attention (cuBLAS builds; gpu_forward.cpp runs the products) -----------
+// A prefill chunk of n queries of one sequence at positions pos0..pos0+n-1: its keys and values
+// 0..pos0+n-1 are gathered into contiguous F16 arrays, its queries packed by KV head, then per
+// sub-block of queries S = scale * Q K^T (cuBLAS, F16 in, F32 out), P = causal softmax(S) in
+// F16, O = P V (F32), and O unpacked into att (FlashAttention's product without its tiling,
+// Dao et al. 2022; GQA: the `group` query heads of a KV head are one product's columns).
+
+/// k[p][i] and v[p][i] (kv_dim halves per row) = the K and V rows of position p < n_pos of
+/// `layer` for the sequence whose block table starts at kv.tables[table] (a host-known offset).
+/// Throws GpuError unless the pool is F16 and kv_dim a multiple of 8.
+void kv_gather_f16(const PagedKv& kv, int layer, int32_t table, int n_pos, uint16_t* k, uint16_t* v,
+                   gpuStream_t s);
+
+/// qp[g][t][j][d] = F16(q[t][(g * group + j) * head_dim + d]) for t < n (group = n_head /
+/// n_head_kv): the queries of KV head g form a head_dim x (n * group) column-major matrix.
+/// qp_lo (optional, same layout) = F16(q - qp): with it, qp + qp_lo carries about 22 bits.
+void q_pack_f16(const float* q, int64_t q_ld, int n, const AttnShape& sh, uint16_t* qp, uint16_t* qp_lo,
+                gpuStream_t s);
+
+/// att[t][(g * group + j) * head_dim + d] = op[g][t][j][d] for t < n (q_pack_f16's layout, F32).
+void o_unpack(const float* op, int n, const AttnShape& sh, float* att, int64_t att_ld, gpuStream_t s);
+
+/// For each of `rows` rows r of S (F32 scores, already scaled, leading dimension ld): the query
+/// is t = (r % cols) / group of a sub-block whose first query is at position pos_r0, and it sees
+/// keys 0..min(n_keys - 1, pos_r0 + t). P (F16, leading dimension ld) = the softmax of those
+/// scores (max-subtracted, F32 sums), 0 for the masked keys below n_keys; P_lo (optional, same
+/// layout) = F16(softmax - P).
+void attn_softmax_causal(const float* S, uint16_t* P, uint16_t* P_lo, int64_t ld, int rows, int cols, int group,
+                         int pos_r0, int n_keys, gpuStream_t s);
 
 // ---- sampling and logprobs (engine/sampler.hpp semantics) -------------------------------
 

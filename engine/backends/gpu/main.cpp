@@ -42,6 +42,12 @@ const char* kUsage =
     "  --no-graphs            launch decode kernels one by one instead of replaying a graph\n"
     "  --no-fuse-rope         RoPE and the K/V store as their own kernel, not in the QKV matvec\n"
     "  --own-gemm             loom's GEMM kernel instead of cuBLAS for prefill (CUDA)\n"
+    "  --prefill-attn MODE    prefill attention: gemm (products on cuBLAS's tensor cores, Q and the\n"
+    "                         softmax split into F16 high and low parts; loom's plain kernel without\n"
+    "                         cuBLAS), gemm16 (one F16 product each: faster, Q and softmax rounded to\n"
+    "                         F16), tiled (the F32 tiled kernel), or auto (default: gemm where cuBLAS\n"
+    "                         runs, tiled elsewhere); the F32 KV pool and --batch-invariant always use\n"
+    "                         their own paths\n"
     "  --matvec-rows N        steps of at most N token rows use the matvec kernel, larger ones GEMMs\n"
     "                         (default 8)\n";
 
@@ -130,6 +136,14 @@ int main(int argc, char** argv) {
             opts.fuse_rope = false;
         } else if (a == "--own-gemm") {
             opts.own_gemm = true;
+        } else if (a == "--prefill-attn") {
+            const std::string m = value();
+            using PA = loom::gpu::GpuOptions::PrefillAttn;
+            if (m == "auto") opts.prefill_attn = PA::Auto;
+            else if (m == "tiled") opts.prefill_attn = PA::Tiled;
+            else if (m == "gemm") opts.prefill_attn = PA::Gemm;
+            else if (m == "gemm16") opts.prefill_attn = PA::Gemm16;
+            else usage_error("bad value '" + m + "' for --prefill-attn (auto, tiled, gemm or gemm16)");
         } else if (a == "--matvec-rows") {
             opts.matvec_rows = static_cast<int>(number(kMaxInt));
         } else {
