@@ -13,6 +13,7 @@ PKGS=(
 )
 if [ "${LOOM_WITH_TEST_TOOLS:-0}" = 1 ]; then
   PKGS+=(clang libclang-rt-14-dev)             # fuzzing, sanitizers
+  PKGS+=(clang-format)                         # tools/format.sh --check (clang-format 14)
   PKGS+=(hipcc libamdhip64-dev)                # compiling loom-engine-hip
   PKGS+=(python3-prometheus-client)            # a real Prometheus parser for /metrics (tests/e2e)
   PKGS+=(chromium)                             # the playground page in a real browser (tests/e2e)

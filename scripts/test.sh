@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test (CI runs this, .ci/run): installs dependencies, then, in this order:
+#  0. the C++/CUDA sources against .clang-format (tools/format.sh --check; seconds);
 #  1. Release build (-DLOOM_WERROR=ON; loom-engine-gpuemu, the GPU kernels on the CPU emulator,
 #     always; loom-engine-cuda too when nvcc is present) and the whole CTest suite;
 #  2. AddressSanitizer + UndefinedBehaviorSanitizer build (-O1 -g1: line tables are all a
@@ -22,6 +23,8 @@ cd "$(dirname "$0")/.."
 LOOM_WITH_TEST_TOOLS=1 scripts/install-deps.sh
 shared="${LOOM_SHARED_DIR:-$(cd .. && pwd)/shared}"
 jobs="${LOOM_JOBS:-$(nproc)}"
+echo "== format (clang-format) =="
+tools/format.sh --check
 
 cuda=()
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
