@@ -30,10 +30,10 @@ namespace loom::engine {
 
 /// What the scheduler and the HELLO line need to know about the loaded model.
 struct ModelInfo {
-    std::string name;      ///< model name for HELLO
-    std::string backend;   ///< "cpu", "cuda", "hip"
-    int32_t n_vocab = 0;   ///< logits per position
-    int32_t n_ctx = 0;     ///< longest sequence served (prompt + completion), tokens
+    std::string name;     ///< model name for HELLO
+    std::string backend;  ///< "cpu", "cuda", "hip"
+    int32_t n_vocab = 0;  ///< logits per position
+    int32_t n_ctx = 0;    ///< longest sequence served (prompt + completion), tokens
     int32_t bos = -1, eos = -1;
     std::vector<int32_t> eog;  ///< end-of-generation ids
     /// Each token's bytes and the end ids, for grammars (docs/protocol.md, "Grammars"); null
@@ -43,9 +43,9 @@ struct ModelInfo {
 
 /// The paged KV cache's geometry, fixed when the backend is made.
 struct KvGeometry {
-    int32_t block_tokens = 16;  ///< positions per block
-    int64_t n_blocks = 0;       ///< blocks in the pool (ids 0..n_blocks-1)
-    int32_t max_slots = 0;      ///< sequence slots (running sequences at once), ids 0..max_slots-1
+    int32_t block_tokens = 16;    ///< positions per block
+    int64_t n_blocks = 0;         ///< blocks in the pool (ids 0..n_blocks-1)
+    int32_t max_slots = 0;        ///< sequence slots (running sequences at once), ids 0..max_slots-1
     int32_t max_step_tokens = 0;  ///< most tokens one step() may evaluate, summed over its rows
 };
 
@@ -57,10 +57,10 @@ struct KvGeometry {
 /// positions. Several rows may read the same (shared, full) prefix block; no two rows of a step
 /// write the same block.
 struct StepRow {
-    int32_t slot = -1;                  ///< sampling-state slot, opened with open_slot()
-    int64_t pos0 = 0;                   ///< position of tokens[0]
-    std::span<const int32_t> tokens;    ///< ids evaluated at pos0.. (1 for a decode row), each < n_vocab
-    std::span<const int32_t> blocks;    ///< the sequence's block table (block ids < n_blocks)
+    int32_t slot = -1;                ///< sampling-state slot, opened with open_slot()
+    int64_t pos0 = 0;                 ///< position of tokens[0]
+    std::span<const int32_t> tokens;  ///< ids evaluated at pos0.. (1 for a decode row), each < n_vocab
+    std::span<const int32_t> blocks;  ///< the sequence's block table (block ids < n_blocks)
     /// Sample the next token from the logits of the last position (the row's sampling state
     /// then counts it as an output token), drawing with `u`, uniform in [0, 1) (sampler.hpp).
     bool sample = false;
@@ -84,8 +84,8 @@ struct StepPlan {
 
 /// What a step returns, row by row (same order as StepPlan::rows).
 struct StepOutput {
-    std::vector<std::optional<SampleResult>> sampled;       ///< set where the row sampled
-    std::vector<std::vector<SampleResult>> prompt_scores;   ///< targets.size() entries where prompt_k >= 0
+    std::vector<std::optional<SampleResult>> sampled;      ///< set where the row sampled
+    std::vector<std::vector<SampleResult>> prompt_scores;  ///< targets.size() entries where prompt_k >= 0
     /// Non-empty where that row's request failed on its own (NaN logits): the scheduler ends
     /// it with ERR; the other rows' results stand.
     std::vector<std::string> errors;

@@ -92,7 +92,7 @@ int64_t KvCache::acquire_prefix(std::span<const int32_t> tokens, int64_t max_tok
         if (it == map_.end()) break;
         const int32_t b = it->second;
         const auto stored = std::span<const int32_t>(ids_).subspan(static_cast<size_t>(b) * block_tokens_,
-                                                                    static_cast<size_t>(block_tokens_));
+                                                                   static_cast<size_t>(block_tokens_));
         if (parent_[b] != table.last_hash || !std::equal(ids.begin(), ids.end(), stored.begin())) break;  // collision
         if (ref_[b] == 0) {
             lru_remove(b);

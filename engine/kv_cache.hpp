@@ -35,11 +35,11 @@ struct BlockTable {
 
 /// Counters for /metrics and tests (evictions are cumulative since the cache was made).
 struct KvStats {
-    int64_t n_blocks = 0;            ///< blocks in the pool
-    int64_t used_blocks = 0;         ///< blocks some sequence references
-    int64_t cached_blocks = 0;       ///< blocks registered in the prefix cache (referenced or not)
-    int64_t touched_blocks = 0;      ///< blocks ever handed out (the pool's touched memory)
-    int64_t evictions = 0;           ///< cached blocks dropped to make room
+    int64_t n_blocks = 0;        ///< blocks in the pool
+    int64_t used_blocks = 0;     ///< blocks some sequence references
+    int64_t cached_blocks = 0;   ///< blocks registered in the prefix cache (referenced or not)
+    int64_t touched_blocks = 0;  ///< blocks ever handed out (the pool's touched memory)
+    int64_t evictions = 0;       ///< cached blocks dropped to make room
 };
 
 class KvCache {
@@ -96,14 +96,14 @@ private:
     void lru_remove(int32_t b);
 
     int32_t block_tokens_;
-    std::vector<int32_t> ref_;          // references per block
-    std::vector<uint8_t> hashed_;       // registered in map_
+    std::vector<int32_t> ref_;     // references per block
+    std::vector<uint8_t> hashed_;  // registered in map_
     std::vector<uint64_t> hash_, parent_;
     std::vector<int32_t> ids_;          // [n_blocks * block_tokens] the ids of registered blocks
     std::vector<int32_t> prev_, next_;  // LRU list of unreferenced registered blocks
     int32_t lru_head_ = kNone, lru_tail_ = kNone;
-    std::vector<int32_t> spare_;        // unreferenced, unregistered, already touched
-    int64_t next_fresh_ = 0;            // blocks >= this were never handed out
+    std::vector<int32_t> spare_;  // unreferenced, unregistered, already touched
+    int64_t next_fresh_ = 0;      // blocks >= this were never handed out
     int64_t free_ = 0;
     std::unordered_map<uint64_t, int32_t> map_;  // chained hash -> block
     KvStats stats_;

@@ -19,9 +19,9 @@
 namespace loom::engine {
 
 struct KvLayout {
-    int64_t n_blocks = 0;      ///< blocks per layer
-    int32_t block_tokens = 16; ///< positions per block
-    int64_t kv_dim = 0;        ///< n_head_kv * head_dim
+    int64_t n_blocks = 0;       ///< blocks per layer
+    int32_t block_tokens = 16;  ///< positions per block
+    int64_t kv_dim = 0;         ///< n_head_kv * head_dim
 
     /// Elements of one block's K (or V) half: block_tokens * kv_dim.
     LOOM_KV_HD constexpr int64_t half_elems() const { return int64_t{block_tokens} * kv_dim; }

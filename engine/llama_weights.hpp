@@ -28,12 +28,12 @@ struct Matrix {
 /// One transformer block's weights: matrices stay in the mapped file, the small F32
 /// vectors (norms, biases) are decoded copies.
 struct LayerWeights {
-    std::vector<float> attn_norm;          ///< [n_embd]
-    Matrix wq, wk, wv, wo;                 ///< [n_head*hd x n_embd], [n_kv*hd x n_embd] x2, [n_embd x n_head*hd]
-    std::vector<float> bq, bk, bv;         ///< qwen2 attention biases (empty otherwise)
-    std::vector<float> q_norm, k_norm;     ///< qwen3 per-head RMSNorm weights [hd] (empty otherwise)
-    std::vector<float> ffn_norm;           ///< [n_embd]
-    Matrix gate, up, down;                 ///< [n_ff x n_embd] x2, [n_embd x n_ff]
+    std::vector<float> attn_norm;       ///< [n_embd]
+    Matrix wq, wk, wv, wo;              ///< [n_head*hd x n_embd], [n_kv*hd x n_embd] x2, [n_embd x n_head*hd]
+    std::vector<float> bq, bk, bv;      ///< qwen2 attention biases (empty otherwise)
+    std::vector<float> q_norm, k_norm;  ///< qwen3 per-head RMSNorm weights [hd] (empty otherwise)
+    std::vector<float> ffn_norm;        ///< [n_embd]
+    Matrix gate, up, down;              ///< [n_ff x n_embd] x2, [n_embd x n_ff]
 };
 
 /// The matrix types a backend can multiply, for LlamaWeights::bind's check.

@@ -116,8 +116,8 @@ SampleResult sample_core(std::span<const float> logits, const SamplingParams& p,
             }
         for (const auto& [id, count] : output_counts)
             if (id >= 0 && id < n_vocab)
-                w[static_cast<size_t>(id)] -= p.frequency_penalty * static_cast<float>(count) +
-                                              (count > 0 ? p.presence_penalty : 0.0f);
+                w[static_cast<size_t>(id)] -=
+                    p.frequency_penalty * static_cast<float>(count) + (count > 0 ? p.presence_penalty : 0.0f);
         for (auto& c : cand) c.first = w[static_cast<size_t>(c.second)];
     }
     if (!greedy && p.temperature != 1.0f)
@@ -250,8 +250,8 @@ void PenaltyState::add_output(int32_t id) {
     ++counts_[id];
 }
 
-SampleResult sample_logits(std::span<const float> logits, const SamplingParams& p, const PenaltyState& state,
-                           double u, SamplerScratch& scratch, std::span<const uint32_t> mask) {
+SampleResult sample_logits(std::span<const float> logits, const SamplingParams& p, const PenaltyState& state, double u,
+                           SamplerScratch& scratch, std::span<const uint32_t> mask) {
     if (p.repetition_penalty != 1.0f && !state.tracks_repetition())
         throw std::logic_error("PenaltyState made without repetition tracking");
     return sample_core(logits, p, state.repeated(), state.output_counts(), u, scratch, mask);

@@ -25,9 +25,9 @@ using TokenLogprob = std::pair<int32_t, float>;
 
 struct SamplingParams {
     float temperature = 1.0f;
-    int32_t top_k = 0;        ///< 0: off
-    float top_p = 1.0f;       ///< 1: off
-    float min_p = 0.0f;       ///< 0: off
+    int32_t top_k = 0;   ///< 0: off
+    float top_p = 1.0f;  ///< 1: off
+    float min_p = 0.0f;  ///< 0: off
     float presence_penalty = 0.0f;
     float frequency_penalty = 0.0f;
     float repetition_penalty = 1.0f;
@@ -102,9 +102,8 @@ struct SamplerScratch {
 /// model's distribution over the candidate set (the vocabulary or `allowed`), the processed
 /// ones and the sampled token are over the masked set. std::runtime_error when the mask
 /// leaves no candidate.
-SampleResult sample_logits(std::span<const float> logits, const SamplingParams& params,
-                           const TokenHistory& history, double u, SamplerScratch& scratch,
-                           std::span<const uint32_t> mask = {});
+SampleResult sample_logits(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history,
+                           double u, SamplerScratch& scratch, std::span<const uint32_t> mask = {});
 
 /// sample_logits() with the penalties read from `state` (same result as with a TokenHistory of
 /// the same prompt and output). Throws std::logic_error when params asks for a repetition

@@ -16,13 +16,13 @@ struct Scheduler::Seq {
     std::mt19937_64 rng;
     std::vector<int32_t> tokens;  // prompt, then the output so far
     int64_t n_prompt = 0;
-    int64_t max_out = 0;          // tokens to output at most (max_tokens and the context)
-    int64_t n_computed = 0;       // positions whose K/V are in the cache
+    int64_t max_out = 0;     // tokens to output at most (max_tokens and the context)
+    int64_t n_computed = 0;  // positions whose K/V are in the cache
     BlockTable table;
     int32_t slot = -1;
-    int64_t plp_next = 0;         // next PLP index to send
-    int64_t cached_tokens = -1;   // prompt tokens reused at the first admission; -1 before it
-    bool planned = false;         // has a row in the current plan
+    int64_t plp_next = 0;        // next PLP index to send
+    int64_t cached_tokens = -1;  // prompt tokens reused at the first admission; -1 before it
+    bool planned = false;        // has a row in the current plan
     bool ended = false;
     std::unique_ptr<grammar::Matcher> matcher;  // the request's grammar, at its output so far
     std::vector<uint32_t> mask;                 // the matcher's mask for this step's draw
@@ -65,7 +65,8 @@ void Scheduler::submit(SeqRequest r, Lines& out) {
     else if (r.prompt.empty()) err = "prompt is empty";
     else if (std::any_of(r.prompt.begin(), r.prompt.end(), bad_id)) err = "prompt token id" + range;
     else if (std::any_of(r.params.allowed.begin(), r.params.allowed.end(), bad_id)) err = "allowed token id" + range;
-    else if (std::any_of(r.params.logit_bias.begin(), r.params.logit_bias.end(), [&](const auto& b) { return bad_id(b.first); }))
+    else if (std::any_of(r.params.logit_bias.begin(), r.params.logit_bias.end(),
+                         [&](const auto& b) { return bad_id(b.first); }))
         err = "logit_bias token id out of range";
     else if (static_cast<int64_t>(r.prompt.size()) > info_.n_ctx)
         err = "prompt of " + std::to_string(r.prompt.size()) + " tokens exceeds the context of " +
@@ -77,9 +78,7 @@ void Scheduler::submit(SeqRequest r, Lines& out) {
         } else {
             try {
                 matcher = std::make_unique<grammar::Matcher>(grammars_.compile(*r.grammar));
-            } catch (const std::exception& e) {
-                err = std::string("grammar does not compile: ") + e.what();
-            }
+            } catch (const std::exception& e) { err = std::string("grammar does not compile: ") + e.what(); }
         }
     }
     if (!err.empty()) {
@@ -115,9 +114,7 @@ void Scheduler::cancel(const std::string& id, Lines& out) {
 
 // A request with prompt logprobs needs the logits of every prompt position, so it computes
 // its prompt in full until all its PLP lines are out.
-bool Scheduler::admit_prefix_allowed(const Seq& s) const {
-    return !s.req.prompt_logprobs || s.plp_next >= s.n_prompt;
-}
+bool Scheduler::admit_prefix_allowed(const Seq& s) const { return !s.req.prompt_logprobs || s.plp_next >= s.n_prompt; }
 
 // Tokens that s can compute now: room left in its table plus the free blocks.
 int64_t Scheduler::fit_tokens(const Seq& s) const {
@@ -152,7 +149,8 @@ void Scheduler::add_row(Seq& s, int64_t n) {
         const int64_t count = std::clamp<int64_t>(s.n_prompt - 1 - r.pos0, 0, n);
         if (count > 0 && r.pos0 + count >= s.plp_next) {
             r.prompt_k = *s.req.prompt_logprobs;
-            r.targets = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(r.pos0 + 1), static_cast<size_t>(count));
+            r.targets =
+                std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(r.pos0 + 1), static_cast<size_t>(count));
         }
     }
     s.planned = true;
@@ -282,8 +280,8 @@ void Scheduler::error(Seq& s, const std::string& message, Lines& out) {
 void Scheduler::complete(const StepOutput& result, Lines& out) {
     const size_t n = plan_.rows.size();
     if (result.sampled.size() != n || result.prompt_scores.size() != n || result.errors.size() != n) {
-        fail("the backend returned results for " + std::to_string(result.sampled.size()) + " of " +
-                 std::to_string(n) + " rows",
+        fail("the backend returned results for " + std::to_string(result.sampled.size()) + " of " + std::to_string(n) +
+                 " rows",
              out);
         return;
     }
@@ -306,8 +304,9 @@ void Scheduler::complete(const StepOutput& result, Lines& out) {
         if (r.prompt_k >= 0) {
             const auto& scores = result.prompt_scores[i];
             if (scores.size() != r.targets.size()) {
-                error(s, "the backend returned " + std::to_string(scores.size()) + " prompt scores for " +
-                             std::to_string(r.targets.size()),
+                error(s,
+                      "the backend returned " + std::to_string(scores.size()) + " prompt scores for " +
+                          std::to_string(r.targets.size()),
                       out);
                 continue;
             }
@@ -332,7 +331,8 @@ void Scheduler::complete(const StepOutput& result, Lines& out) {
             continue;
         }
         if (s.matcher && !s.matcher->advance(t.token)) {
-            error(s, "the backend sampled token " + std::to_string(t.token) + ", which the grammar does not allow", out);
+            error(s, "the backend sampled token " + std::to_string(t.token) + ", which the grammar does not allow",
+                  out);
             continue;
         }
         s.tokens.push_back(t.token);

@@ -49,10 +49,10 @@ struct SchedulerOptions {
 /// One GEN request, its fields resolved (docs/protocol.md, "GEN").
 struct SeqRequest {
     std::string id;
-    std::vector<int32_t> prompt;       ///< non-empty
-    SamplingParams params;             ///< allowed sorted and unique
-    std::optional<int64_t> max_tokens; ///< absent: until the context is full
-    std::optional<uint64_t> seed;      ///< absent: a random seed
+    std::vector<int32_t> prompt;        ///< non-empty
+    SamplingParams params;              ///< allowed sorted and unique
+    std::optional<int64_t> max_tokens;  ///< absent: until the context is full
+    std::optional<uint64_t> seed;       ///< absent: a random seed
     std::optional<int> prompt_logprobs;
     bool ignore_eos = false;
     std::optional<protocol::GrammarSpec> grammar;  ///< absent: unconstrained
@@ -67,7 +67,7 @@ struct SchedulerStats {
     /// Prefix caching: prompt tokens of admitted requests, and of those the tokens found in
     /// the cache (each request counted at its first admission).
     int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
-    KvStats kv;               ///< blocks used, cached, touched; evictions
+    KvStats kv;  ///< blocks used, cached, touched; evictions
 };
 
 class Scheduler {

@@ -156,9 +156,7 @@ int serve(Backend& backend, std::FILE* in, std::FILE* out, const ServeOptions& o
             try {
                 backend.step(plan, result);
                 sched.complete(result, lines);
-            } catch (const std::exception& e) {
-                sched.fail(std::string("request failed: ") + e.what(), lines);
-            }
+            } catch (const std::exception& e) { sched.fail(std::string("request failed: ") + e.what(), lines); }
         }
         w.lines(lines);
         lines.clear();

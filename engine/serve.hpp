@@ -21,11 +21,10 @@ struct ServeOptions {
     int max_batch_tokens = 0;
     /// Capabilities announced in HELLO (protocol.md, "Capabilities"); `grammar` is added
     /// when the backend gives ModelInfo::vocab_bytes.
-    std::vector<std::string> caps = {protocol::cap::kLogprobs,  protocol::cap::kAllowed,
-                                     protocol::cap::kCancel,    protocol::cap::kPromptLogprobs,
-                                     protocol::cap::kPenalties, protocol::cap::kLogitBias,
-                                     protocol::cap::kProcessedLogprobs, protocol::cap::kSeed,
-                                     protocol::cap::kPing};
+    std::vector<std::string> caps = {
+        protocol::cap::kLogprobs,          protocol::cap::kAllowed,   protocol::cap::kCancel,
+        protocol::cap::kPromptLogprobs,    protocol::cap::kPenalties, protocol::cap::kLogitBias,
+        protocol::cap::kProcessedLogprobs, protocol::cap::kSeed,      protocol::cap::kPing};
     /// When set, one line of scheduler counters (steps, preemptions, prefix hits, KV blocks)
     /// goes to this stream when the loop ends.
     std::FILE* stats = nullptr;

@@ -21,8 +21,12 @@ namespace loom::gateway {
 struct ApiError : std::runtime_error {
     ApiError(int http_status, std::string msg, std::string error_param = {}, std::string error_code = {},
              std::string error_type = "invalid_request_error")
-        : std::runtime_error(msg), status(http_status), message(std::move(msg)), type(std::move(error_type)),
-          param(std::move(error_param)), code(std::move(error_code)) {}
+        : std::runtime_error(msg),
+          status(http_status),
+          message(std::move(msg)),
+          type(std::move(error_type)),
+          param(std::move(error_param)),
+          code(std::move(error_code)) {}
     int status;
     std::string message, type, param, code;
 };
@@ -41,21 +45,21 @@ struct GenerationRequest {
     /// `echo` returns this text exactly, before the completion
     std::vector<std::optional<std::string>> prompt_texts;
     int n = 1;
-    std::optional<int64_t> max_tokens;          ///< absent: until the context is full
-    protocol::Gen sampling;                     ///< sampling keys; gen_for_choice() adds the rest
-    std::vector<std::string> stop;              ///< up to 4 stop strings
-    bool logprobs = false;                      ///< return logprobs at all
-    int top_logprobs = 0;                       ///< alternatives per position, 0..20
-    bool echo = false;                          ///< completions: prompt text and its logprobs first
+    std::optional<int64_t> max_tokens;  ///< absent: until the context is full
+    protocol::Gen sampling;             ///< sampling keys; gen_for_choice() adds the rest
+    std::vector<std::string> stop;      ///< up to 4 stop strings
+    bool logprobs = false;              ///< return logprobs at all
+    int top_logprobs = 0;               ///< alternatives per position, 0..20
+    bool echo = false;                  ///< completions: prompt text and its logprobs first
     bool stream = false;
-    bool include_usage = false;                 ///< stream_options.include_usage
-    bool tokens_as_ids = false;                 ///< return_tokens_as_token_ids (vLLM): token = "token_id:<id>"
-    std::optional<int> prompt_logprobs;         ///< vLLM's prompt_logprobs: K alternatives per prompt position
-    bool return_token_ids = false;              ///< vLLM's return_token_ids: prompt_token_ids and token_ids
-    std::optional<std::string> instructions;    ///< responses: `instructions`, echoed in the response object
-    std::string metadata_json = "{}";           ///< responses: `metadata`, echoed (JSON text)
-    OutputOptions output;                       ///< chat: how to split the output (tool calls, reasoning)
-    std::optional<OutputConstraint> constraint; ///< grammar the engine must enforce (needs its `grammar` capability)
+    bool include_usage = false;                  ///< stream_options.include_usage
+    bool tokens_as_ids = false;                  ///< return_tokens_as_token_ids (vLLM): token = "token_id:<id>"
+    std::optional<int> prompt_logprobs;          ///< vLLM's prompt_logprobs: K alternatives per prompt position
+    bool return_token_ids = false;               ///< vLLM's return_token_ids: prompt_token_ids and token_ids
+    std::optional<std::string> instructions;     ///< responses: `instructions`, echoed in the response object
+    std::string metadata_json = "{}";            ///< responses: `metadata`, echoed (JSON text)
+    OutputOptions output;                        ///< chat: how to split the output (tool calls, reasoning)
+    std::optional<OutputConstraint> constraint;  ///< grammar the engine must enforce (needs its `grammar` capability)
 };
 
 }  // namespace loom::gateway

@@ -47,7 +47,9 @@ std::string token_text(const model::Vocab& v, int32_t id) {
 }  // namespace
 
 ChatRenderer::ChatRenderer(const model::Vocab& vocab)
-    : template_(vocab.chat_template), bos_(token_text(vocab, vocab.bos)), eos_(token_text(vocab, vocab.eos)),
+    : template_(vocab.chat_template),
+      bos_(token_text(vocab, vocab.bos)),
+      eos_(token_text(vocab, vocab.eos)),
       parts_(template_reads_content_parts(template_)) {}
 
 std::string ChatRenderer::fallback(const rapidjson::Value& messages) {

@@ -34,8 +34,11 @@ std::vector<std::string> align_prompt_text(const model::Tokenizer& tok, const st
 }
 
 Choice::Choice(const model::Tokenizer& tok, const GenerationRequest& req, int index, size_t prompt_index)
-    : req_(req), index_(index), prompt_index_(prompt_index),
-      text_asm_(tok, req.stop, req.endpoint == Endpoint::Completions), echo_(req.echo) {
+    : req_(req),
+      index_(index),
+      prompt_index_(prompt_index),
+      text_asm_(tok, req.stop, req.endpoint == Endpoint::Completions),
+      echo_(req.echo) {
     if (echo_ && prompt_index < req.prompt_texts.size() && req.prompt_texts[prompt_index])
         echo_text_ = align_prompt_text(tok, req.prompts[prompt_index], *req.prompt_texts[prompt_index]);
     if (req.endpoint != Endpoint::ChatCompletions) return;
@@ -94,7 +97,8 @@ Released Choice::on_prompt_logprobs(const protocol::PromptLogprobs& plp) {
     if (req_.prompt_logprobs && plp.index >= 0 && plp.index < static_cast<int64_t>(prompt.size())) {
         if (plps_.size() < prompt.size()) plps_.resize(prompt.size());
         protocol::PromptLogprobs kept = plp;
-        if (kept.top.size() > static_cast<size_t>(*req_.prompt_logprobs)) kept.top.resize(static_cast<size_t>(*req_.prompt_logprobs));
+        if (kept.top.size() > static_cast<size_t>(*req_.prompt_logprobs))
+            kept.top.resize(static_cast<size_t>(*req_.prompt_logprobs));
         plps_[static_cast<size_t>(plp.index)] = std::move(kept);
     }
     if (!echo_ || plp.index != static_cast<int64_t>(echo_next_) || echo_next_ >= prompt.size()) return {};

@@ -101,24 +101,24 @@ private:
     int index_ = 0;
     size_t prompt_index_ = 0;
     TextAssembler text_asm_;
-    bool echo_ = false;                  // prompt tokens are still to be echoed
-    size_t echo_next_ = 0;               // next prompt token to echo
-    std::vector<std::string> echo_text_; // per prompt token: what it adds to the text (a text prompt)
+    bool echo_ = false;                   // prompt tokens are still to be echoed
+    size_t echo_next_ = 0;                // next prompt token to echo
+    std::vector<std::string> echo_text_;  // per prompt token: what it adds to the text (a text prompt)
     std::vector<std::optional<protocol::PromptLogprobs>> plps_;  // prompt_logprobs: the PLP lines by index
-    std::vector<int32_t> token_ids_;     // return_token_ids: generated ids not yet sent (streamed) or all
-    bool prompt_sent_ = false;           // streamed: the prompt's extras went out with a chunk
+    std::vector<int32_t> token_ids_;  // return_token_ids: generated ids not yet sent (streamed) or all
+    bool prompt_sent_ = false;        // streamed: the prompt's extras went out with a chunk
     void attach_extras(ChoiceOut& out, bool first);
     std::string text_;                   // non-streamed: all released text
     std::vector<LogprobEntry> entries_;  // non-streamed: all released entries
     std::optional<std::string> finish_;
-    int64_t engine_tokens_ = 0;          // completion_tokens from DONE
-    int64_t cached_tokens_ = 0;          // cached_tokens from DONE
-    int64_t char_offset_ = 0;            // characters already sent (text_offset)
+    int64_t engine_tokens_ = 0;  // completion_tokens from DONE
+    int64_t cached_tokens_ = 0;  // cached_tokens from DONE
+    int64_t char_offset_ = 0;    // characters already sent (text_offset)
     bool done_ = false;
     std::unique_ptr<OutputSplitter> split_;  // chat with tool calls or reasoning to split off
     std::string reasoning_;                  // non-streamed, split: all reasoning
     std::vector<LogprobEntry> reasoning_entries_;
-    std::vector<ToolCallDelta> calls_;       // non-streamed, split: each call whole
+    std::vector<ToolCallDelta> calls_;  // non-streamed, split: each call whole
     bool output_end_taken_ = false;
 };
 

@@ -13,11 +13,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kMaxEngineLine = 1u << 20;     // a longer engine line is an engine failure
-constexpr size_t kMaxPendingInput = 256u << 20; // queued for an engine that does not read: it is stuck
-constexpr size_t kStderrLines = 20;             // engine stderr lines kept for the unhealthy report
-constexpr size_t kStderrLineMax = 1024;         // longer stderr lines are cut (and kept as several)
-constexpr int kEarlyLinesLogged = 20;           // stray lines before HELLO that are logged
+constexpr size_t kMaxEngineLine = 1u << 20;      // a longer engine line is an engine failure
+constexpr size_t kMaxPendingInput = 256u << 20;  // queued for an engine that does not read: it is stuck
+constexpr size_t kStderrLines = 20;              // engine stderr lines kept for the unhealthy report
+constexpr size_t kStderrLineMax = 1024;          // longer stderr lines are cut (and kept as several)
+constexpr int kEarlyLinesLogged = 20;            // stray lines before HELLO that are logged
 
 // Why a HELLO cannot be served, or "" when it can (protocol.md, "HELLO").
 std::string hello_problem(const protocol::Hello& h) {
@@ -29,11 +29,12 @@ std::string hello_problem(const protocol::Hello& h) {
     if (h.n_ctx < 1) return "malformed HELLO: n_ctx=" + std::to_string(h.n_ctx) + " (must be at least 1)";
     for (auto [name, id] : {std::pair{"bos", h.bos}, std::pair{"eos", h.eos}})
         if (id < -1 || id >= h.n_vocab)
-            return std::string("malformed HELLO: ") + name + "=" + std::to_string(id) + " is not -1 or a token id below n_vocab=" +
-                   std::to_string(h.n_vocab);
+            return std::string("malformed HELLO: ") + name + "=" + std::to_string(id) +
+                   " is not -1 or a token id below n_vocab=" + std::to_string(h.n_vocab);
     for (int32_t id : h.eog)
         if (id >= h.n_vocab)
-            return "malformed HELLO: eog id " + std::to_string(id) + " is not below n_vocab=" + std::to_string(h.n_vocab);
+            return "malformed HELLO: eog id " + std::to_string(id) +
+                   " is not below n_vocab=" + std::to_string(h.n_vocab);
     if (h.max_logprobs < 0) return "malformed HELLO: max_logprobs=" + std::to_string(h.max_logprobs);
     return {};
 }
@@ -45,10 +46,10 @@ std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) +
 /// One engine process and what belongs to its lifetime.
 struct EngineClient::Run {
     std::unique_ptr<ChildProcess> proc;
-    bool alive = true;          // until its stdout ended
-    bool stderr_done = false;   // its stderr reached end of file
-    std::string fail_reason;    // set when the gateway gave up on it (killed it)
-    std::string ping_token;     // the PING waiting for its PONG ("" when none)
+    bool alive = true;         // until its stdout ended
+    bool stderr_done = false;  // its stderr reached end of file
+    std::string fail_reason;   // set when the gateway gave up on it (killed it)
+    std::string ping_token;    // the PING waiting for its PONG ("" when none)
     std::unique_ptr<asio::steady_timer> pong_wait;
 };
 
@@ -99,7 +100,8 @@ asio::awaitable<void> EngineClient::shutdown(std::chrono::milliseconds grace) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     auto status = co_await run->proc->wait_for(std::max(left, std::chrono::milliseconds(0)));
     if (!status) {
-        std::cerr << "loom-gateway: the engine did not exit within " << ms(grace) << " of the end of its input; killing it\n";
+        std::cerr << "loom-gateway: the engine did not exit within " << ms(grace)
+                  << " of the end of its input; killing it\n";
         status = run->proc->kill_and_reap();
     }
     std::cerr << "loom-gateway: the engine stopped (" << describe_wait_status(*status) << ")\n";
@@ -173,9 +175,9 @@ asio::awaitable<EngineClient::RunResult> EngineClient::run_once() {
     std::string buf;
     while (true) {
         boost::system::error_code ec;
-        const size_t n = co_await asio::async_read_until(run->proc->stdout_pipe(),
-                                                          asio::dynamic_buffer(buf, kMaxEngineLine), '\n',
-                                                          asio::redirect_error(asio::use_awaitable, ec));
+        const size_t n =
+            co_await asio::async_read_until(run->proc->stdout_pipe(), asio::dynamic_buffer(buf, kMaxEngineLine), '\n',
+                                            asio::redirect_error(asio::use_awaitable, ec));
         if (ec) {
             if (ec == asio::error::not_found && run->fail_reason.empty())
                 run->fail_reason = "the engine wrote a line longer than " + std::to_string(kMaxEngineLine) + " bytes";
@@ -223,8 +225,8 @@ asio::awaitable<EngineClient::RunResult> EngineClient::run_once() {
             break;
         }
         if (out_bytes_ > kMaxPendingInput && run->fail_reason.empty()) {
-            run->fail_reason = "the engine does not read its input (" + std::to_string(out_bytes_ >> 20) +
-                               " MiB waiting)";
+            run->fail_reason =
+                "the engine does not read its input (" + std::to_string(out_bytes_ >> 20) + " MiB waiting)";
             break;
         }
     }
@@ -287,8 +289,8 @@ asio::awaitable<void> EngineClient::read_stderr(std::shared_ptr<Run> run) {
     };
     while (true) {
         boost::system::error_code ec;
-        const size_t n = co_await run->proc->stderr_pipe().async_read_some(asio::buffer(chunk),
-                                                                           asio::redirect_error(asio::use_awaitable, ec));
+        const size_t n = co_await run->proc->stderr_pipe().async_read_some(
+            asio::buffer(chunk), asio::redirect_error(asio::use_awaitable, ec));
         if (ec) break;
         buf.append(chunk, n);
         size_t nl;
@@ -425,7 +427,8 @@ void EngineClient::dispatch(const std::string& line) {
                     if (!r.held_token) return bad("LP without a T line");
                     if (static_cast<int64_t>(l.top.size()) > r.logprobs || bad_pairs(l.top))
                         return bad("LP line with " + std::to_string(l.top.size()) +
-                                   " pairs or ids outside the vocabulary (asked for " + std::to_string(r.logprobs) + ")");
+                                   " pairs or ids outside the vocabulary (asked for " + std::to_string(r.logprobs) +
+                                   ")");
                     if (observer_) observer_->on_token(rid);
                     delivered = r.queue->push(r.choice, TokenEvent{*r.held_token, std::move(l)});
                     r.held_token.reset();
@@ -507,7 +510,8 @@ asio::awaitable<void> EngineClient::flush_writes() {
         out_.pop_front();
         out_bytes_ -= line.size();
         boost::system::error_code ec;
-        co_await asio::async_write(run->proc->stdin_pipe(), asio::buffer(line), asio::redirect_error(asio::use_awaitable, ec));
+        co_await asio::async_write(run->proc->stdin_pipe(), asio::buffer(line),
+                                   asio::redirect_error(asio::use_awaitable, ec));
         if (ec) break;  // the reader sees the engine's death and fails the requests
     }
     writing_ = false;

@@ -52,8 +52,7 @@ public:
     /// Most events a queue holds by default (about 3 MiB with 20 top logprobs each).
     static constexpr size_t kMaxEvents = 16384;
 
-    explicit EventQueue(asio::any_io_executor ex, size_t max_events = kMaxEvents)
-        : signal_(ex), max_(max_events) {
+    explicit EventQueue(asio::any_io_executor ex, size_t max_events = kMaxEvents) : signal_(ex), max_(max_events) {
         signal_.expires_at(asio::steady_timer::time_point::max());
     }
     /// Appends `e` for `choice` (-1: not a choice's, e.g. Disconnected; always taken)
@@ -98,17 +97,18 @@ private:
 
 /// How to start the engine process: executable, arguments, and an optional protocol log.
 struct EngineCommand {
-    std::string exe;                 ///< engine executable
-    std::vector<std::string> args;   ///< e.g. {"--model", path}
-    std::string log_path;            ///< "": no log; else every protocol line, "> " sent, "< " received
+    std::string exe;                ///< engine executable
+    std::vector<std::string> args;  ///< e.g. {"--model", path}
+    std::string log_path;           ///< "": no log; else every protocol line, "> " sent, "< " received
 };
 
 /// Restart and liveness policy (main.cpp's --engine-* options).
 struct SupervisionOptions {
-    std::chrono::milliseconds restart_delay{200};       ///< delay before the first restart
-    std::chrono::milliseconds max_restart_delay{30000}; ///< the delay doubles up to this while engines die young
-    std::chrono::milliseconds young{3000};  ///< an engine that dies before HELLO or sooner than this after it "died young"
-    int restart_limit = 5;                  ///< young deaths in a row after which /health says "unhealthy"
+    std::chrono::milliseconds restart_delay{200};        ///< delay before the first restart
+    std::chrono::milliseconds max_restart_delay{30000};  ///< the delay doubles up to this while engines die young
+    std::chrono::milliseconds young{
+        3000};              ///< an engine that dies before HELLO or sooner than this after it "died young"
+    int restart_limit = 5;  ///< young deaths in a row after which /health says "unhealthy"
     std::chrono::milliseconds ping_interval{5000};  ///< 0: no liveness check
     std::chrono::milliseconds ping_timeout{10000};  ///< no PONG within this: the engine is killed and restarted
 };
@@ -116,8 +116,8 @@ struct SupervisionOptions {
 /// What /health reports about the engine.
 struct EngineHealth {
     enum class State { Ok, Loading, Unhealthy } state = State::Loading;
-    std::string reason;                       ///< Unhealthy: why, in words
-    std::vector<std::string> stderr_tail;     ///< Unhealthy: the last engine's last stderr lines
+    std::string reason;                    ///< Unhealthy: why, in words
+    std::vector<std::string> stderr_tail;  ///< Unhealthy: the last engine's last stderr lines
 };
 
 /// The engine child process and its protocol (docs/protocol.md): spawns it, waits for
@@ -174,7 +174,7 @@ private:
         std::optional<int32_t> held_token;  // T waiting for its LP
         int64_t max_tokens = 0;             // the engine must not send more T lines
         int64_t tokens = 0;
-        int logprobs = 0;                   // K asked for (LP pairs at most)
+        int logprobs = 0;  // K asked for (LP pairs at most)
         int64_t prompt_len = 0;
         bool cancel_sent = false;
     };
@@ -200,7 +200,7 @@ private:
     SupervisionOptions opts_;
     std::function<void(const protocol::Hello&)> on_ready_;
     std::function<void(const std::string&)> on_fatal_;
-    std::shared_ptr<Run> run_;              // the engine now running (null between runs)
+    std::shared_ptr<Run> run_;  // the engine now running (null between runs)
     protocol::Hello hello_;
     std::chrono::steady_clock::time_point hello_at_;
     bool ready_ = false;
@@ -210,9 +210,9 @@ private:
     size_t out_bytes_ = 0;
     std::map<std::string, Route> routes_;
     uint64_t next_id_ = 1;
-    std::string unhealthy_;                 // "": healthy; else why
+    std::string unhealthy_;  // "": healthy; else why
     std::vector<std::string> unhealthy_stderr_;
-    std::deque<std::string> stderr_tail_;   // the current (or last) engine's last stderr lines
+    std::deque<std::string> stderr_tail_;  // the current (or last) engine's last stderr lines
     std::unique_ptr<asio::steady_timer> restart_timer_;
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> log_{nullptr, &std::fclose};
     EngineObserver* observer_ = nullptr;

@@ -126,8 +126,7 @@ ChildProcess::ChildProcess(asio::io_context& io, const std::string& exe, const s
     close_fd(p_exec[0]);
     if (n == static_cast<ssize_t>(sizeof exec_errno)) {
         int st;
-        while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-        }
+        while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
         close_all();
         throw std::system_error(exec_errno, std::generic_category(), "cannot execute '" + path + "'");
     }

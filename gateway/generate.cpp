@@ -43,8 +43,8 @@ void check_against_engine(const GenerationRequest& g, const protocol::Hello& h) 
     need(g.prompt_logprobs.has_value(), cap::kPromptLogprobs, "prompt_logprobs", "prompt_logprobs");
     need(!s.allowed.empty(), cap::kAllowed, "allowed_token_ids", "allowed_token_ids");
     need(!s.logit_bias.empty(), cap::kLogitBias, "logit_bias", "logit_bias");
-    need(s.presence_penalty != 0 || s.frequency_penalty != 0 || s.repetition_penalty != 1, cap::kPenalties,
-         "penalties", "presence_penalty");
+    need(s.presence_penalty != 0 || s.frequency_penalty != 0 || s.repetition_penalty != 1, cap::kPenalties, "penalties",
+         "presence_penalty");
     need(s.processed_logprobs, cap::kProcessedLogprobs, "logprobs_mode=processed", "logprobs_mode");
     need(s.seed.has_value(), cap::kSeed, "seed", "seed");
     if (g.constraint)  // tool_request.hpp builds the constraint, grammar_spec.hpp the GEN key
@@ -57,12 +57,12 @@ void check_against_engine(const GenerationRequest& g, const protocol::Hello& h) 
     for (const auto& p : g.prompts)
         for (int32_t id : p)
             if (id >= h.n_vocab)
-                throw ApiError(400, "token id " + std::to_string(id) + " is outside the engine's vocabulary",
-                               "prompt");
+                throw ApiError(400, "token id " + std::to_string(id) + " is outside the engine's vocabulary", "prompt");
     const size_t choices = g.prompts.size() * static_cast<size_t>(g.n);
     if (choices > kMaxChoices)
-        throw ApiError(400, "at most " + std::to_string(kMaxChoices) + " choices (prompts x n) per request, got " +
-                                std::to_string(choices),
+        throw ApiError(400,
+                       "at most " + std::to_string(kMaxChoices) + " choices (prompts x n) per request, got " +
+                           std::to_string(choices),
                        "n");
 }
 
@@ -78,9 +78,7 @@ std::variant<GenerationRequest, ApiError> build_request(App& app, const std::str
         check_against_engine(g, app.engine->hello());
         if (g.constraint) g.sampling.grammar = grammar_spec(*g.constraint);  // 400 for what cannot be enforced
         return g;
-    } catch (const ApiError& e) {
-        return e;
-    }
+    } catch (const ApiError& e) { return e; }
 }
 
 // One engine request per choice (index = prompt_index * n + i), its events to `queue`.
@@ -113,15 +111,16 @@ std::string response_id(App& app, Endpoint ep) {
     char buf[40];
     std::snprintf(buf, sizeof buf, "%08llx%08llx", static_cast<unsigned long long>(app.created & 0xffffffff),
                   static_cast<unsigned long long>(app.next_response++));
-    return std::string(ep == Endpoint::ChatCompletions ? "chatcmpl-" : ep == Endpoint::Responses ? "resp_" : "cmpl-") +
+    return std::string(ep == Endpoint::ChatCompletions ? "chatcmpl-"
+                       : ep == Endpoint::Responses     ? "resp_"
+                                                       : "cmpl-") +
            buf;
 }
 
 }  // namespace
 
 asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
-                                        const http::request<http::string_body>& req, Endpoint endpoint,
-                                        bool& started) {
+                                        const http::request<http::string_body>& req, Endpoint endpoint, bool& started) {
     const unsigned version = req.version();
     const bool keep = req.keep_alive();
     auto built = build_request(app, req.body(), endpoint);

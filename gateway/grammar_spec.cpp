@@ -12,19 +12,23 @@ protocol::GrammarSpec grammar_spec(const OutputConstraint& c) {
     using K = OutputConstraint::Kind;
     protocol::GrammarSpec spec;
     switch (c.kind) {
-    case K::JsonSchema: spec = {kind::kJsonSchema, c.value}; break;
-    case K::Regex: spec = {kind::kRegex, c.value}; break;
-    case K::Choice: spec = {kind::kChoice, c.value}; break;
-    case K::TaggedJson: spec = {kind::kTaggedJson, c.value}; break;
-    case K::Grammar:
-        throw ApiError(400, "'" + c.param + "' with a grammar text (EBNF/Lark) is not supported: loom enforces JSON "
-                       "Schema, JSON object, regex and choice constraints",
-                       c.param, "unsupported_constraint");
-    case K::ToolArguments:
-        throw ApiError(400, "\"strict\": true tools with tool_choice \"auto\" are not supported yet: loom cannot "
-                       "enforce the arguments of calls the model chooses to make; use tool_choice \"required\" or a "
-                       "named function, or drop \"strict\"",
-                       c.param, "unsupported_constraint");
+        case K::JsonSchema: spec = {kind::kJsonSchema, c.value}; break;
+        case K::Regex: spec = {kind::kRegex, c.value}; break;
+        case K::Choice: spec = {kind::kChoice, c.value}; break;
+        case K::TaggedJson: spec = {kind::kTaggedJson, c.value}; break;
+        case K::Grammar:
+            throw ApiError(400,
+                           "'" + c.param +
+                               "' with a grammar text (EBNF/Lark) is not supported: loom enforces JSON "
+                               "Schema, JSON object, regex and choice constraints",
+                           c.param, "unsupported_constraint");
+        case K::ToolArguments:
+            throw ApiError(
+                400,
+                "\"strict\": true tools with tool_choice \"auto\" are not supported yet: loom cannot "
+                "enforce the arguments of calls the model chooses to make; use tool_choice \"required\" or a "
+                "named function, or drop \"strict\"",
+                c.param, "unsupported_constraint");
     }
     try {
         (void)grammar::compile(grammar::Constraint::from_source(spec.kind, spec.source));

@@ -31,8 +31,8 @@ double number_field(const Value& obj, const char* name, double fallback, double 
 std::optional<int64_t> integer_field(const Value& obj, const char* name, int64_t lo, int64_t hi) {
     const Value* v = find_field(obj, name);
     if (!v) return std::nullopt;
-    if (!v->IsInt64() && !(v->IsDouble() && std::floor(v->GetDouble()) == v->GetDouble() &&
-                           std::fabs(v->GetDouble()) < 9e15))
+    if (!v->IsInt64() &&
+        !(v->IsDouble() && std::floor(v->GetDouble()) == v->GetDouble() && std::fabs(v->GetDouble()) < 9e15))
         bad_request(name, std::string("'") + name + "' must be an integer");
     const int64_t i = v->IsInt64() ? v->GetInt64() : static_cast<int64_t>(v->GetDouble());
     if (i < lo || i > hi)

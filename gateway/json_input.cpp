@@ -30,8 +30,8 @@ bool has_lone_surrogate(const Value& s) {
 
 void check_string(const Value& s, const char* what) {
     if (has_lone_surrogate(s))
-        bad(std::string("the request body holds a lone UTF-16 surrogate (\\uD800..\\uDFFF without its pair) in ") + what +
-            " " + quoted(std::string_view(s.GetString(), s.GetStringLength()), 64));
+        bad(std::string("the request body holds a lone UTF-16 surrogate (\\uD800..\\uDFFF without its pair) in ") +
+            what + " " + quoted(std::string_view(s.GetString(), s.GetStringLength()), 64));
 }
 
 void check_keys(const Value& obj) {
@@ -63,7 +63,8 @@ void parse_json_body(rapidjson::Document& doc, std::string_view body) {
             check_string(*v, "a value");
         } else if (v->IsArray() || v->IsObject()) {
             if (depth > kMaxJsonDepth)
-                bad("the request body nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+                bad("the request body nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) +
+                    " levels");
             if (v->IsArray()) {
                 for (const Value& e : v->GetArray()) todo.emplace_back(&e, depth + 1);
             } else {

@@ -23,25 +23,25 @@ void JsonScanner::value_start(unsigned char c) {
         members_.back().kind = static_cast<char>(c);
     }
     switch (c) {
-    case '{':
-    case '[':
-        if (stack_.size() >= kMaxDepth) return fail();
-        stack_.push_back(static_cast<char>(c));
-        return next_member(true);
-    case '"':
-        key_string_ = false;
-        state_ = S::Str;
-        return;
-    case 't': lit_ = "true"; break;
-    case 'f': lit_ = "false"; break;
-    case 'n': lit_ = "null"; break;
-    default:
-        if (c == '-' || is_digit(c)) {
-            num_ = c == '-' ? kMinus : c == '0' ? kZero : kInt;
-            state_ = S::Num;
+        case '{':
+        case '[':
+            if (stack_.size() >= kMaxDepth) return fail();
+            stack_.push_back(static_cast<char>(c));
+            return next_member(true);
+        case '"':
+            key_string_ = false;
+            state_ = S::Str;
             return;
-        }
-        return fail();
+        case 't': lit_ = "true"; break;
+        case 'f': lit_ = "false"; break;
+        case 'n': lit_ = "null"; break;
+        default:
+            if (c == '-' || is_digit(c)) {
+                num_ = c == '-' ? kMinus : c == '0' ? kZero : kInt;
+                state_ = S::Num;
+                return;
+            }
+            return fail();
     }
     lit_at_ = 1;
     state_ = S::Lit;
@@ -68,116 +68,115 @@ void JsonScanner::value_end(size_t end) {
 
 void JsonScanner::step(unsigned char c) {
     switch (state_) {
-    case S::Value:
-        if (is_ws(c)) return;
-        if (c == ']' && first_in_arr_) {
-            stack_.pop_back();
-            return value_end(pos_ + 1);
-        }
-        first_in_arr_ = false;
-        return value_start(c);
-    case S::AfterValue:
-        if (is_ws(c)) return;
-        if (c == ',') return next_member(false);
-        if ((c == '}' && stack_.back() == '{') || (c == ']' && stack_.back() == '[')) {
-            stack_.pop_back();
-            return value_end(pos_ + 1);
-        }
-        return fail();
-    case S::ObjKey:
-        if (is_ws(c)) return;
-        if (c == '"') {
-            if (stack_.size() == 1) members_.emplace_back();
-            key_string_ = true;
-            state_ = S::Str;
-            return;
-        }
-        if (c == '}' && first_in_obj_) {
-            stack_.pop_back();
-            return value_end(pos_ + 1);
-        }
-        return fail();
-    case S::Colon:
-        if (is_ws(c)) return;
-        if (c != ':') return fail();
-        state_ = S::Value;
-        first_in_arr_ = false;
-        return;
-    case S::Str:
-        if (c == '"') {
-            if (key_string_) state_ = S::Colon;
-            else value_end(pos_ + 1);
-            return;
-        }
-        if (c < 0x20) return fail();
-        if (c == '\\') state_ = S::StrEsc;
-        if (key_string_ && stack_.size() == 1) members_.back().key += static_cast<char>(c);
-        return;
-    case S::StrEsc:
-        if (c == 'u') {
-            hex_left_ = 4;
-            state_ = S::StrHex;
-        } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') {
-            state_ = S::Str;
-        } else {
+        case S::Value:
+            if (is_ws(c)) return;
+            if (c == ']' && first_in_arr_) {
+                stack_.pop_back();
+                return value_end(pos_ + 1);
+            }
+            first_in_arr_ = false;
+            return value_start(c);
+        case S::AfterValue:
+            if (is_ws(c)) return;
+            if (c == ',') return next_member(false);
+            if ((c == '}' && stack_.back() == '{') || (c == ']' && stack_.back() == '[')) {
+                stack_.pop_back();
+                return value_end(pos_ + 1);
+            }
             return fail();
-        }
-        if (key_string_ && stack_.size() == 1) members_.back().key += static_cast<char>(c);
-        return;
-    case S::StrHex:
-        if (!is_hex(c)) return fail();
-        if (key_string_ && stack_.size() == 1) members_.back().key += static_cast<char>(c);
-        if (--hex_left_ == 0) state_ = S::Str;
-        return;
-    case S::Lit:
-        if (c != static_cast<unsigned char>(lit_[lit_at_])) return fail();
-        if (++lit_at_ == lit_.size()) value_end(pos_ + 1);
-        return;
-    case S::Num:
-        switch (num_) {
-        case kMinus:
-            if (!is_digit(c)) return fail();
-            num_ = c == '0' ? kZero : kInt;
-            return;
-        case kZero:
-        case kInt:
-            if (num_ == kInt && is_digit(c)) return;
-            if (c == '.') num_ = kDot;
-            else if (c == 'e' || c == 'E') num_ = kExp;
-            else break;
-            return;
-        case kDot:
-            if (!is_digit(c)) return fail();
-            num_ = kFrac;
-            return;
-        case kFrac:
-            if (is_digit(c)) return;
-            if (c == 'e' || c == 'E') {
-                num_ = kExp;
+        case S::ObjKey:
+            if (is_ws(c)) return;
+            if (c == '"') {
+                if (stack_.size() == 1) members_.emplace_back();
+                key_string_ = true;
+                state_ = S::Str;
                 return;
             }
-            break;
-        case kExp:
-            if (c == '+' || c == '-') num_ = kExpSign;
-            else if (is_digit(c)) num_ = kExpDigits;
-            else return fail();
+            if (c == '}' && first_in_obj_) {
+                stack_.pop_back();
+                return value_end(pos_ + 1);
+            }
+            return fail();
+        case S::Colon:
+            if (is_ws(c)) return;
+            if (c != ':') return fail();
+            state_ = S::Value;
+            first_in_arr_ = false;
             return;
-        case kExpSign:
-            if (!is_digit(c)) return fail();
-            num_ = kExpDigits;
+        case S::Str:
+            if (c == '"') {
+                if (key_string_) state_ = S::Colon;
+                else value_end(pos_ + 1);
+                return;
+            }
+            if (c < 0x20) return fail();
+            if (c == '\\') state_ = S::StrEsc;
+            if (key_string_ && stack_.size() == 1) members_.back().key += static_cast<char>(c);
             return;
-        case kExpDigits:
-            if (is_digit(c)) return;
-            break;
-        }
-        // The byte ends the number; it is read again as what follows it.
-        if (!number_may_end(num_)) return fail();
-        value_end(pos_);
-        if (state_ == S::AfterValue) step(c);
-        return;
-    case S::Done:
-    case S::Error:
-        return;
+        case S::StrEsc:
+            if (c == 'u') {
+                hex_left_ = 4;
+                state_ = S::StrHex;
+            } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') {
+                state_ = S::Str;
+            } else {
+                return fail();
+            }
+            if (key_string_ && stack_.size() == 1) members_.back().key += static_cast<char>(c);
+            return;
+        case S::StrHex:
+            if (!is_hex(c)) return fail();
+            if (key_string_ && stack_.size() == 1) members_.back().key += static_cast<char>(c);
+            if (--hex_left_ == 0) state_ = S::Str;
+            return;
+        case S::Lit:
+            if (c != static_cast<unsigned char>(lit_[lit_at_])) return fail();
+            if (++lit_at_ == lit_.size()) value_end(pos_ + 1);
+            return;
+        case S::Num:
+            switch (num_) {
+                case kMinus:
+                    if (!is_digit(c)) return fail();
+                    num_ = c == '0' ? kZero : kInt;
+                    return;
+                case kZero:
+                case kInt:
+                    if (num_ == kInt && is_digit(c)) return;
+                    if (c == '.') num_ = kDot;
+                    else if (c == 'e' || c == 'E') num_ = kExp;
+                    else break;
+                    return;
+                case kDot:
+                    if (!is_digit(c)) return fail();
+                    num_ = kFrac;
+                    return;
+                case kFrac:
+                    if (is_digit(c)) return;
+                    if (c == 'e' || c == 'E') {
+                        num_ = kExp;
+                        return;
+                    }
+                    break;
+                case kExp:
+                    if (c == '+' || c == '-') num_ = kExpSign;
+                    else if (is_digit(c)) num_ = kExpDigits;
+                    else return fail();
+                    return;
+                case kExpSign:
+                    if (!is_digit(c)) return fail();
+                    num_ = kExpDigits;
+                    return;
+                case kExpDigits:
+                    if (is_digit(c)) return;
+                    break;
+            }
+            // The byte ends the number; it is read again as what follows it.
+            if (!number_may_end(num_)) return fail();
+            value_end(pos_);
+            if (state_ == S::AfterValue) step(c);
+            return;
+        case S::Done:
+        case S::Error: return;
     }
 }
 

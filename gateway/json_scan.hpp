@@ -55,29 +55,32 @@ public:
 
 private:
     enum class S : uint8_t {
-        Value,          // a value must come next (whitespace first)
-        AfterValue,     // a value ended inside a container: ',' or the closer
-        ObjKey,         // '{' or ',' in an object: a key string (or '}' right after '{')
-        Colon,          // after a key
-        Str, StrEsc, StrHex,
-        Num,            // inside a number (validated by num_)
-        Lit,            // inside true/false/null
-        Done, Error,
+        Value,       // a value must come next (whitespace first)
+        AfterValue,  // a value ended inside a container: ',' or the closer
+        ObjKey,      // '{' or ',' in an object: a key string (or '}' right after '{')
+        Colon,       // after a key
+        Str,
+        StrEsc,
+        StrHex,
+        Num,  // inside a number (validated by num_)
+        Lit,  // inside true/false/null
+        Done,
+        Error,
     };
     void step(unsigned char c);
     void value_start(unsigned char c);
-    void value_end(size_t end);  // a value closed at byte offset `end` (exclusive)
+    void value_end(size_t end);    // a value closed at byte offset `end` (exclusive)
     void next_member(bool first);  // after '{', '[' or ',': a key or a value of the innermost container
     void fail() { state_ = S::Error; }
 
     S state_ = S::Value;
-    std::vector<char> stack_;     // open containers: '{' or '['
-    bool key_string_ = false;     // the open string is an object key
-    bool first_in_obj_ = false;   // ObjKey right after '{' ('}' allowed)
-    bool first_in_arr_ = false;   // Value right after '[' (']' allowed)
+    std::vector<char> stack_;    // open containers: '{' or '['
+    bool key_string_ = false;    // the open string is an object key
+    bool first_in_obj_ = false;  // ObjKey right after '{' ('}' allowed)
+    bool first_in_arr_ = false;  // Value right after '[' (']' allowed)
     int hex_left_ = 0;
-    uint8_t num_ = 0;             // number sub-state
-    std::string_view lit_;        // literal being matched
+    uint8_t num_ = 0;       // number sub-state
+    std::string_view lit_;  // literal being matched
     size_t lit_at_ = 0;
     size_t pos_ = 0, begin_ = std::string::npos;
     char kind_ = 0;

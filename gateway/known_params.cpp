@@ -44,7 +44,7 @@ const std::vector<KnownParam>& known_params() {
         {"parallel_tool_calls", H | R, Hon, ""},
         {"response_format", C | H, Hon, ""},  // json_object / json_schema: the engine's grammar (grammar_spec.hpp)
         {"text", R, Hon, ""},
-        {"reasoning_effort", H, Hon, ""},     // where the chat template reads it
+        {"reasoning_effort", H, Hon, ""},  // where the chat template reads it
         {"reasoning", R, Hon, ""},
         {"include", R, Hon, ""},
         {"previous_response_id", R, Hon, ""},
@@ -80,12 +80,12 @@ const std::vector<KnownParam>& known_params() {
         {"return_tokens_as_token_ids", C | H, Hon, ""},
         {"prompt_logprobs", C | H, Hon, ""},
         {"return_token_ids", C | H, Hon, ""},
-        {"chat_template_kwargs", H, Hon, ""},   // each key must be one the template reads
+        {"chat_template_kwargs", H, Hon, ""},  // each key must be one the template reads
         {"add_generation_prompt", H, Hon, ""},
-        {"guided_json", C | H, Hon, ""},        // the guided_* and structured_outputs: the engine's grammar
+        {"guided_json", C | H, Hon, ""},  // the guided_* and structured_outputs: the engine's grammar
         {"guided_regex", C | H, Hon, ""},
         {"guided_choice", C | H, Hon, ""},
-        {"guided_grammar", C | H, Hon, ""},     // parsed, then refused by grammar_spec.hpp (no grammar texts yet)
+        {"guided_grammar", C | H, Hon, ""},  // parsed, then refused by grammar_spec.hpp (no grammar texts yet)
         {"structured_outputs", C | H, Hon, ""},
         // vLLM's extensions, changing nothing for loom.
         // vLLM's extensions, only at their defaults.
@@ -146,31 +146,32 @@ void check_known_params(const rapidjson::Value& body, ParamSet set) {
         const rapidjson::Value& v = m->value;
         if (v.IsNull()) continue;
         switch (p.use) {
-        case ParamUse::Honoured: break;
-        case ParamUse::NoOp: {
-            bool ok = v.IsString();
-            if (p.detail == "string map") {
-                ok = v.IsObject();
-                for (auto it = ok ? v.MemberBegin() : v.MemberEnd(); ok && it != v.MemberEnd(); ++it)
-                    ok = it->value.IsString();
+            case ParamUse::Honoured: break;
+            case ParamUse::NoOp: {
+                bool ok = v.IsString();
+                if (p.detail == "string map") {
+                    ok = v.IsObject();
+                    for (auto it = ok ? v.MemberBegin() : v.MemberEnd(); ok && it != v.MemberEnd(); ++it)
+                        ok = it->value.IsString();
+                }
+                if (!ok)
+                    throw ApiError(
+                        400, "'" + n + "' must be " + (p.detail == "string" ? "a string" : "an object of strings"), n);
+                break;
             }
-            if (!ok)
-                throw ApiError(400, "'" + n + "' must be " + (p.detail == "string" ? "a string" : "an object of strings"),
-                               n);
-            break;
-        }
-        case ParamUse::DefaultOnly: {
-            rapidjson::Document def;
-            def.Parse(p.detail.data(), p.detail.size());
-            if (!(v == def))
-                throw ApiError(400,
-                               "'" + n + "' is only supported at its default (" + std::string(p.detail) +
-                                   "): loom cannot honour another value",
-                               n, "unsupported_parameter");
-            break;
-        }
-        case ParamUse::Refused:
-            throw ApiError(400, "'" + n + "' is not supported: " + std::string(p.detail), n, "unsupported_parameter");
+            case ParamUse::DefaultOnly: {
+                rapidjson::Document def;
+                def.Parse(p.detail.data(), p.detail.size());
+                if (!(v == def))
+                    throw ApiError(400,
+                                   "'" + n + "' is only supported at its default (" + std::string(p.detail) +
+                                       "): loom cannot honour another value",
+                                   n, "unsupported_parameter");
+                break;
+            }
+            case ParamUse::Refused:
+                throw ApiError(400, "'" + n + "' is not supported: " + std::string(p.detail), n,
+                               "unsupported_parameter");
         }
     }
 }

@@ -32,11 +32,11 @@ enum class ParamUse {
 /// One known member.
 struct KnownParam {
     std::string_view name;
-    unsigned sets;              ///< bit (1 << ParamSet) per endpoint that knows it
+    unsigned sets;  ///< bit (1 << ParamSet) per endpoint that knows it
     ParamUse use;
-    std::string_view detail;    ///< NoOp: the JSON type required ("string", "object", "string map",
-                                ///< "text modalities"); DefaultOnly: the default as JSON;
-                                ///< Refused: why
+    std::string_view detail;  ///< NoOp: the JSON type required ("string", "object", "string map",
+                              ///< "text modalities"); DefaultOnly: the default as JSON;
+                              ///< Refused: why
 };
 
 /// The table (for the README and tests).

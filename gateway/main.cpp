@@ -43,7 +43,8 @@ void ensure_std_fds() {
 
 // Seconds from the command line as milliseconds; throws for a negative or non-finite value.
 std::chrono::milliseconds seconds(double s, const char* name) {
-    if (!(s >= 0) || !std::isfinite(s) || s > 1e9) throw std::runtime_error(std::string("--") + name + " must be >= 0 seconds");
+    if (!(s >= 0) || !std::isfinite(s) || s > 1e9)
+        throw std::runtime_error(std::string("--") + name + " must be >= 0 seconds");
     return std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000)));
 }
 
@@ -101,30 +102,44 @@ int main(int argc, char** argv) {
         "/v1/responses, /v1/models, /tokenize, /detokenize, /health, /metrics, and a playground\n"
         "page at /) that reads a GGUF model file ahead (showing progress), starts an engine\n"
         "process on it, talks to it over the loom engine protocol, and restarts it if it dies.\n\nOptions");
-    opts.add_options()
-        ("help,h", "print this help and exit")
-        ("model,m", po::value(&model), "GGUF model file (required)")
-        ("engine", po::value(&engine), "engine executable (default: loom-engine-cpu beside loom-gateway)")
-        ("engine-arg", po::value(&engine_args)->composing(), "extra argument for the engine (repeatable), e.g. --engine-arg=--threads=4")
-        ("ctx", po::value(&ctx)->default_value(0), "context length passed to the engine (0: the model's)")
-        ("host", po::value(&host)->default_value("127.0.0.1"), "address to listen on")
-        ("port", po::value(&port)->default_value(8080), "port to listen on (0: any free port)")
-        ("model-id", po::value(&model_id), "model id served on /v1/models (default: the file name without .gguf)")
-        ("api-key", po::value(&api_key), "require 'Authorization: Bearer <key>' on every endpoint but /health (default: $LOOM_API_KEY, or none); "
-                                         "a key on the command line is visible to every user in ps: prefer --api-key-file or $LOOM_API_KEY")
-        ("api-key-file", po::value(&api_key_file), "read the API key from this file (one line; trailing newline ignored)")
-        ("max-body", po::value(&max_body)->default_value(8u << 20), "largest request body in bytes (larger: 413)")
-        ("request-timeout", po::value(&request_timeout)->default_value(0), "seconds a generation may take; longer: 503 (a stream: an error event, then [DONE]) and it is cancelled (0: no limit)")
-        ("write-timeout", po::value(&write_timeout)->default_value(30), "seconds one response write may block on a client that does not read; then the request is cancelled and the connection closed")
-        ("shutdown-timeout", po::value(&shutdown_timeout)->default_value(30), "on SIGTERM or SIGINT: seconds in-flight requests get to finish before they are failed and the engine is stopped (a second signal stops at once)")
-        ("engine-ping-interval", po::value(&ping_interval)->default_value(5), "seconds between liveness checks of an engine that announces 'ping' (PING/PONG, docs/protocol.md; 0: none)")
-        ("engine-ping-timeout", po::value(&ping_timeout)->default_value(10), "seconds an engine has to answer PING; then it is killed and restarted")
-        ("engine-restart-limit", po::value(&restart_limit)->default_value(5), "engines dying young (before HELLO or within 3 s of it) this many times in a row make /health report 'unhealthy' (restarts go on, the delay doubling from 200 ms to 30 s)")
-        ("engine-log", po::value(&engine_log), "write every protocol line to this file ('> ' sent, '< ' received)")
-        ("tool-parser", po::value(&tool_parser)->default_value("auto"),
-         ("syntax of the model's tool calls: auto (from its chat template) or one of " + tool_family_names()).c_str())
-        ("reasoning-parser", po::value(&reasoning_parser)->default_value("auto"),
-         ("syntax of the model's reasoning: auto (from its chat template) or one of " + reasoning_family_names()).c_str());
+    // clang-format off  (one option a line reads better than the chained calls clang-format makes)
+    opts.add_options()("help,h", "print this help and exit")("model,m", po::value(&model),
+                                                             "GGUF model file (required)")(
+        "engine", po::value(&engine), "engine executable (default: loom-engine-cpu beside loom-gateway)")(
+        "engine-arg", po::value(&engine_args)->composing(),
+        "extra argument for the engine (repeatable), e.g. --engine-arg=--threads=4")(
+        "ctx", po::value(&ctx)->default_value(0), "context length passed to the engine (0: the model's)")(
+        "host", po::value(&host)->default_value("127.0.0.1"), "address to listen on")(
+        "port", po::value(&port)->default_value(8080), "port to listen on (0: any free port)")(
+        "model-id", po::value(&model_id), "model id served on /v1/models (default: the file name without .gguf)")(
+        "api-key", po::value(&api_key),
+        "require 'Authorization: Bearer <key>' on every endpoint but /health (default: $LOOM_API_KEY, or none); "
+        "a key on the command line is visible to every user in ps: prefer --api-key-file or $LOOM_API_KEY")(
+        "api-key-file", po::value(&api_key_file),
+        "read the API key from this file (one line; trailing newline ignored)")(
+        "max-body", po::value(&max_body)->default_value(8u << 20), "largest request body in bytes (larger: 413)")(
+        "request-timeout", po::value(&request_timeout)->default_value(0),
+        "seconds a generation may take; longer: 503 (a stream: an error event, then [DONE]) and it is cancelled (0: no "
+        "limit)")("write-timeout", po::value(&write_timeout)->default_value(30),
+                  "seconds one response write may block on a client that does not read; then the request is cancelled "
+                  "and the connection closed")(
+        "shutdown-timeout", po::value(&shutdown_timeout)->default_value(30),
+        "on SIGTERM or SIGINT: seconds in-flight requests get to finish before they are failed and the engine is "
+        "stopped (a second signal stops at once)")(
+        "engine-ping-interval", po::value(&ping_interval)->default_value(5),
+        "seconds between liveness checks of an engine that announces 'ping' (PING/PONG, docs/protocol.md; 0: none)")(
+        "engine-ping-timeout", po::value(&ping_timeout)->default_value(10),
+        "seconds an engine has to answer PING; then it is killed and restarted")(
+        "engine-restart-limit", po::value(&restart_limit)->default_value(5),
+        "engines dying young (before HELLO or within 3 s of it) this many times in a row make /health report "
+        "'unhealthy' (restarts go on, the delay doubling from 200 ms to 30 s)")(
+        "engine-log", po::value(&engine_log), "write every protocol line to this file ('> ' sent, '< ' received)")(
+        "tool-parser", po::value(&tool_parser)->default_value("auto"),
+        ("syntax of the model's tool calls: auto (from its chat template) or one of " + tool_family_names()).c_str())(
+        "reasoning-parser", po::value(&reasoning_parser)->default_value("auto"),
+        ("syntax of the model's reasoning: auto (from its chat template) or one of " + reasoning_family_names())
+            .c_str());
+    // clang-format on
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -138,8 +153,8 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (model.empty() || port < 0 || port > 65535 || ctx < 0 || restart_limit < 1) {
-        std::cerr << "loom-gateway: --model is required (and --port in 0..65535, --engine-restart-limit >= 1)\n" << opts
-                  << "\n";
+        std::cerr << "loom-gateway: --model is required (and --port in 0..65535, --engine-restart-limit >= 1)\n"
+                  << opts << "\n";
         return 2;
     }
     SupervisionOptions sup;
@@ -157,7 +172,8 @@ int main(int argc, char** argv) {
         seconds(write_timeout, "write-timeout");
         if (sup.ping_interval.count() > 0 && sup.ping_timeout.count() == 0)
             throw std::runtime_error("--engine-ping-timeout must be > 0");
-        if (seconds(write_timeout, "write-timeout").count() == 0) throw std::runtime_error("--write-timeout must be > 0");
+        if (seconds(write_timeout, "write-timeout").count() == 0)
+            throw std::runtime_error("--write-timeout must be > 0");
     } catch (const std::exception& e) {
         std::cerr << "loom-gateway: " << e.what() << "\n";
         return 2;
@@ -226,7 +242,8 @@ int main(int argc, char** argv) {
                 // One line that says the server is ready, with the URL to open.
                 std::cerr << "loom-gateway: " << (hellos++ ? "ready again (engine restarted)" : "ready")
                           << " on http://" << host << ":" << bound << " (model '" << app.opts.model_id << "', "
-                          << h.engine << " on " << h.backend << ", context " << h.n_ctx << "; the playground is at /)\n";
+                          << h.engine << " on " << h.backend << ", context " << h.n_ctx
+                          << "; the playground is at /)\n";
             },
             [&](const std::string& why) {
                 std::cerr << "loom-gateway: the engine did not start: " << why << "\n";

@@ -12,16 +12,16 @@ namespace {
 // Upper bounds in seconds. vLLM's buckets start at 1 ms (TTFT) and 10 ms (ITL); a CPU
 // engine on a small model decodes a token in under a millisecond, so these start lower.
 std::vector<double> ttft_buckets() {
-    return {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-            40.0, 80.0, 160.0, 640.0};
+    return {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,
+            0.75,  1.0,    2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0};
 }
 std::vector<double> itl_buckets() {
-    return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
-            0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0};
+    return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1,
+            0.15,   0.2,     0.3,    0.4,   0.5,    0.75,  1.0,    2.5,  5.0,   7.5,  10.0};
 }
 std::vector<double> e2e_buckets() {
-    return {0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-            120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+    return {0.01, 0.025, 0.05, 0.1,  0.3,  0.5,  0.8,   1.0,   1.5,   2.0,   2.5,    5.0,   10.0,
+            15.0, 20.0,  30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 
 // A sample value in the text format: the shortest decimal that reads back to `v`,
@@ -212,9 +212,11 @@ std::string Metrics::render() const {
     family(out, "loom:prefix_cache_queries_total", "counter",
            "Prompt tokens of finished requests, looked up in the engine's prefix cache.");
     sample(out, "loom:prefix_cache_queries_total", labels, static_cast<double>(prefix_queries_));
-    family(out, "loom:prefix_cache_hits_total", "counter", "Of those, tokens the engine's prefix cache held (DONE's cached_tokens).");
+    family(out, "loom:prefix_cache_hits_total", "counter",
+           "Of those, tokens the engine's prefix cache held (DONE's cached_tokens).");
     sample(out, "loom:prefix_cache_hits_total", labels, static_cast<double>(prefix_hits_));
-    family(out, "loom:engine_restarts_total", "counter", "Times the engine was started again (HELLOs after the first).");
+    family(out, "loom:engine_restarts_total", "counter",
+           "Times the engine was started again (HELLOs after the first).");
     sample(out, "loom:engine_restarts_total", labels, hellos_ > 0 ? static_cast<double>(hellos_ - 1) : 0.0);
     family(out, "loom:time_to_first_token_seconds", "histogram",
            "Time from sending GEN to receiving the first token, per engine request.");

@@ -12,10 +12,10 @@ namespace loom::gateway {
 
 /// What preload_model() did.
 struct PreloadResult {
-    uint64_t bytes = 0;      ///< bytes read
-    double seconds = 0;      ///< time taken
-    bool skipped = false;    ///< the file is larger than half the memory available: not read
-    std::string error;       ///< why reading stopped early (empty: it did not)
+    uint64_t bytes = 0;    ///< bytes read
+    double seconds = 0;    ///< time taken
+    bool skipped = false;  ///< the file is larger than half the memory available: not read
+    std::string error;     ///< why reading stopped early (empty: it did not)
 };
 
 /// Reads `path` in 16 MiB pieces (posix_fadvise SEQUENTIAL), writing progress to `out`:

@@ -36,13 +36,13 @@ struct OutputConstraint {
 
 /// How to read one chat choice's output (see make_output_parser).
 struct OutputOptions {
-    ToolFamily tools = ToolFamily::None;     ///< syntax of tool calls
-    bool calls = false;                      ///< look for calls (tools given, tool_choice not "none")
-    bool parallel = true;                    ///< parallel_tool_calls
+    ToolFamily tools = ToolFamily::None;  ///< syntax of tool calls
+    bool calls = false;                   ///< look for calls (tools given, tool_choice not "none")
+    bool parallel = true;                 ///< parallel_tool_calls
     ReasoningFamily reasoning = ReasoningFamily::None;
-    bool inside_reasoning = false;           ///< the prompt leaves the model inside reasoning
-    bool constrained = false;                ///< a grammar shapes the output (tool_choice required / named)
-    std::optional<std::string> function;     ///< constrained: the named function (else an array of calls)
+    bool inside_reasoning = false;        ///< the prompt leaves the model inside reasoning
+    bool constrained = false;             ///< a grammar shapes the output (tool_choice required / named)
+    std::optional<std::string> function;  ///< constrained: the named function (else an array of calls)
 };
 
 }  // namespace loom::gateway

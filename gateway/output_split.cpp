@@ -46,42 +46,41 @@ void OutputSplitter::flush_headers(int upto, SplitDelta& d) {
 
 void OutputSplitter::give(Part part, int call, LogprobEntry e, SplitDelta& d) {
     switch (part) {
-    case Part::Content:
-        d.content += e.bytes;
-        d.content_entries.push_back(std::move(e));
-        return;
-    case Part::Reasoning:
-        d.reasoning += e.bytes;
-        d.reasoning_entries.push_back(std::move(e));
-        return;
-    case Part::Name:
-    case Part::Arguments: {
-        flush_headers(call, d);  // a call's header goes before anything of it
-        const bool name = part == Part::Name;
-        // The name goes with its call's header; arguments into the call's latest
-        // argument delta of this piece, or a new one.
-        ToolCallDelta* t = nullptr;
-        for (auto it = d.calls.rbegin(); it != d.calls.rend(); ++it)
-            if (it->index == call) {
-                if (name ? it->header : !it->header) t = &*it;
-                break;
+        case Part::Content:
+            d.content += e.bytes;
+            d.content_entries.push_back(std::move(e));
+            return;
+        case Part::Reasoning:
+            d.reasoning += e.bytes;
+            d.reasoning_entries.push_back(std::move(e));
+            return;
+        case Part::Name:
+        case Part::Arguments: {
+            flush_headers(call, d);  // a call's header goes before anything of it
+            const bool name = part == Part::Name;
+            // The name goes with its call's header; arguments into the call's latest
+            // argument delta of this piece, or a new one.
+            ToolCallDelta* t = nullptr;
+            for (auto it = d.calls.rbegin(); it != d.calls.rend(); ++it)
+                if (it->index == call) {
+                    if (name ? it->header : !it->header) t = &*it;
+                    break;
+                }
+            if (!t) {
+                d.calls.push_back(ToolCallDelta{});
+                t = &d.calls.back();
+                t->index = call;
             }
-        if (!t) {
-            d.calls.push_back(ToolCallDelta{});
-            t = &d.calls.back();
-            t->index = call;
+            if (name) {
+                t->name_entries.push_back(std::move(e));
+            } else {
+                t->arguments += e.bytes;
+                t->arg_entries.push_back(std::move(e));
+            }
+            return;
         }
-        if (name) {
-            t->name_entries.push_back(std::move(e));
-        } else {
-            t->arguments += e.bytes;
-            t->arg_entries.push_back(std::move(e));
-        }
-        return;
-    }
-    case Part::Marker:
-    case Part::CallStart:
-        return;
+        case Part::Marker:
+        case Part::CallStart: return;
     }
 }
 

@@ -61,7 +61,8 @@ class OutputSplitter {
 public:
     /// `tok` gives special tokens' texts; `parser` reads the output (nullptr: all
     /// content); `new_id` makes each call's id.
-    OutputSplitter(const model::Tokenizer& tok, std::unique_ptr<SpanParser> parser, std::function<std::string()> new_id);
+    OutputSplitter(const model::Tokenizer& tok, std::unique_ptr<SpanParser> parser,
+                   std::function<std::string()> new_id);
 
     /// Adds what the TextAssembler released (its entries spell its text) and returns
     /// what became decided.
@@ -102,9 +103,9 @@ private:
     std::unique_ptr<SpanParser> parser_;
     std::function<std::string()> new_id_;
     std::vector<std::string> markers_;
-    std::vector<Held> held_;   // entries not yet wholly decided
+    std::vector<Held> held_;              // entries not yet wholly decided
     std::vector<ToolCallDelta> headers_;  // call headers not yet sent
-    std::string parse_;        // parse text from offset base_
+    std::string parse_;                   // parse text from offset base_
     size_t base_ = 0, next_ = 0, decided_ = 0;
     Part last_part_ = Part::Content;
     int last_call_ = -1;

@@ -7,8 +7,8 @@ namespace loom::gateway {
 namespace {
 
 constexpr FamilyName<ReasoningFamily> kFamilies[] = {
-    {ReasoningFamily::None, "none"},         {ReasoningFamily::Think, "think"},
-    {ReasoningFamily::Granite, "granite"},   {ReasoningFamily::CommandR, "command_r"},
+    {ReasoningFamily::None, "none"},       {ReasoningFamily::Think, "think"},
+    {ReasoningFamily::Granite, "granite"}, {ReasoningFamily::CommandR, "command_r"},
     {ReasoningFamily::GptOss, "gpt_oss"},
 };
 
@@ -68,57 +68,57 @@ private:
 
     bool step() override {
         switch (st_) {
-        case St::Start: {
-            const size_t w = ws_at(0);
-            if (w == buf_.size() && !final_) return false;
-            const Match m = match(syn_.open, w);
-            if (m == Match::Partial) return false;
-            if (m == Match::Full) {
-                emit(Part::Marker, w + syn_.open.size());
-                st_ = St::Inside;
-            } else {
-                st_ = St::Pass;
-                after_close_ = false;  // nothing was closed: leading whitespace is content
-            }
-            return true;
-        }
-        case St::Inside: {
-            if (leading_) {
-                emit(Part::Marker, ws_at(0));
-                if (buf_.empty()) return false;
-                leading_ = false;
-            }
-            size_t w = 0;
-            if (scan_until({syn_.close}, Part::Reasoning, w) < 0) return false;
-            emit(Part::Marker, w + syn_.close.size());
-            st_ = St::Pass;
-            return true;
-        }
-        case St::Pass: {
-            if (pass_start_) {
-                // Whitespace after the close marker touches it; so does whitespace
-                // before and after a content wrapper at the start.
+            case St::Start: {
                 const size_t w = ws_at(0);
-                if (after_close_) emit(Part::Marker, w);
-                const size_t at = after_close_ ? 0 : w;
-                if (at == buf_.size() && !final_) return false;
-                if (!syn_.content_open.empty() && at < buf_.size()) {
-                    const Match m = match(syn_.content_open, at);
-                    if (m == Match::Partial) return false;
-                    if (m == Match::Full) {
-                        emit(Part::Marker, at + syn_.content_open.size());
-                        after_close_ = true;
-                        syn_.content_open.clear();
-                        return true;
-                    }
+                if (w == buf_.size() && !final_) return false;
+                const Match m = match(syn_.open, w);
+                if (m == Match::Partial) return false;
+                if (m == Match::Full) {
+                    emit(Part::Marker, w + syn_.open.size());
+                    st_ = St::Inside;
+                } else {
+                    st_ = St::Pass;
+                    after_close_ = false;  // nothing was closed: leading whitespace is content
                 }
-                pass_start_ = false;
+                return true;
             }
-            const size_t keep = close_suffix();
-            forward(buf_.size() - keep, final_);
-            if (final_) emit(Part::Marker, buf_.size());  // the closing wrapper and its whitespace
-            return false;
-        }
+            case St::Inside: {
+                if (leading_) {
+                    emit(Part::Marker, ws_at(0));
+                    if (buf_.empty()) return false;
+                    leading_ = false;
+                }
+                size_t w = 0;
+                if (scan_until({syn_.close}, Part::Reasoning, w) < 0) return false;
+                emit(Part::Marker, w + syn_.close.size());
+                st_ = St::Pass;
+                return true;
+            }
+            case St::Pass: {
+                if (pass_start_) {
+                    // Whitespace after the close marker touches it; so does whitespace
+                    // before and after a content wrapper at the start.
+                    const size_t w = ws_at(0);
+                    if (after_close_) emit(Part::Marker, w);
+                    const size_t at = after_close_ ? 0 : w;
+                    if (at == buf_.size() && !final_) return false;
+                    if (!syn_.content_open.empty() && at < buf_.size()) {
+                        const Match m = match(syn_.content_open, at);
+                        if (m == Match::Partial) return false;
+                        if (m == Match::Full) {
+                            emit(Part::Marker, at + syn_.content_open.size());
+                            after_close_ = true;
+                            syn_.content_open.clear();
+                            return true;
+                        }
+                    }
+                    pass_start_ = false;
+                }
+                const size_t keep = close_suffix();
+                forward(buf_.size() - keep, final_);
+                if (final_) emit(Part::Marker, buf_.size());  // the closing wrapper and its whitespace
+                return false;
+            }
         }
         return false;
     }
@@ -126,34 +126,37 @@ private:
     ReasoningSyntax syn_;
     std::unique_ptr<SpanParser> inner_;
     St st_;
-    bool leading_ = true;     // whitespace after the open marker touches it
-    bool pass_start_ = true;  // at the start of what follows the reasoning
-    bool after_close_ = true; // ... and that follows a marker
+    bool leading_ = true;      // whitespace after the open marker touches it
+    bool pass_start_ = true;   // at the start of what follows the reasoning
+    bool after_close_ = true;  // ... and that follows a marker
 };
 
 }  // namespace
 
 std::string_view reasoning_family_name(ReasoningFamily f) { return family_name(kFamilies, f); }
 
-std::optional<ReasoningFamily> reasoning_family_from_name(std::string_view name) { return family_from_name(kFamilies, name); }
+std::optional<ReasoningFamily> reasoning_family_from_name(std::string_view name) {
+    return family_from_name(kFamilies, name);
+}
 
 std::string reasoning_family_names() { return family_names(kFamilies); }
 
 ReasoningFamily detect_reasoning_family(std::string_view t) {
     if (has(t, "<|channel|>") && has(t, "<|message|>")) return ReasoningFamily::GptOss;
     if (has(t, "<|START_THINKING|>")) return ReasoningFamily::CommandR;
-    if (has(t, "<think>") || has(t, "</think>")) return has(t, "<response>") ? ReasoningFamily::Granite : ReasoningFamily::Think;
+    if (has(t, "<think>") || has(t, "</think>"))
+        return has(t, "<response>") ? ReasoningFamily::Granite : ReasoningFamily::Think;
     return ReasoningFamily::None;
 }
 
 ReasoningSyntax reasoning_syntax(ReasoningFamily f) {
     switch (f) {
-    case ReasoningFamily::Think: return {"<think>", "</think>", "", ""};
-    case ReasoningFamily::Granite: return {"<think>", "</think>", "<response>", "</response>"};
-    case ReasoningFamily::CommandR:
-        return {"<|START_THINKING|>", "<|END_THINKING|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"};
-    case ReasoningFamily::None:
-    case ReasoningFamily::GptOss: break;
+        case ReasoningFamily::Think: return {"<think>", "</think>", "", ""};
+        case ReasoningFamily::Granite: return {"<think>", "</think>", "<response>", "</response>"};
+        case ReasoningFamily::CommandR:
+            return {"<|START_THINKING|>", "<|END_THINKING|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"};
+        case ReasoningFamily::None:
+        case ReasoningFamily::GptOss: break;
     }
     return {};
 }

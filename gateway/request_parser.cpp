@@ -59,7 +59,8 @@ GenerationRequest parse_common_fields(const Value& body, Endpoint endpoint, cons
     if (model && !model->IsString()) bad_request("model", "'model' must be a string");
     r.model = model ? model->GetString() : ctx.model_id;
     if (r.model != ctx.model_id)
-        throw ApiError(404, "The model " + quoted(r.model) + " does not exist; this server serves '" + ctx.model_id + "'",
+        throw ApiError(404,
+                       "The model " + quoted(r.model) + " does not exist; this server serves '" + ctx.model_id + "'",
                        "model", "model_not_found");
     r.n = static_cast<int>(integer_field(body, "n", 1, 128).value_or(1));
     if (auto b = integer_field(body, "best_of", 1, 128); b && *b != r.n)
@@ -70,7 +71,8 @@ GenerationRequest parse_common_fields(const Value& body, Endpoint endpoint, cons
     r.tokens_as_ids = boolean_field(body, "return_tokens_as_token_ids", false);
     // vLLM's extensions: the prompt's logprobs (K alternatives, 0..20; vLLM's -1, the
     // whole vocabulary, is refused) and the token ids of prompt and completion.
-    if (auto k = integer_field(body, "prompt_logprobs", 0, protocol::kMaxLogprobs)) r.prompt_logprobs = static_cast<int>(*k);
+    if (auto k = integer_field(body, "prompt_logprobs", 0, protocol::kMaxLogprobs))
+        r.prompt_logprobs = static_cast<int>(*k);
     r.return_token_ids = boolean_field(body, "return_token_ids", false);
     std::optional<int64_t> mt = integer_field(body, "max_completion_tokens", 0, ctx.n_ctx);
     if (!mt) mt = integer_field(body, "max_tokens", 0, ctx.n_ctx);

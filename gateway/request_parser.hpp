@@ -21,9 +21,9 @@ namespace loom::gateway {
 
 /// What validation needs to know about the served model.
 struct ModelContext {
-    std::string model_id;                   ///< the id /v1/models lists; requests must name it
+    std::string model_id;  ///< the id /v1/models lists; requests must name it
     const model::Tokenizer* tokenizer = nullptr;
-    int64_t n_ctx = 0;                      ///< engine context (prompt + completion tokens)
+    int64_t n_ctx = 0;  ///< engine context (prompt + completion tokens)
     /// Renders a chat into prompt text (chat template or fallback). Throws ApiError
     /// (e.g. a template's raise_exception becomes a 400 carrying its message).
     std::function<std::string(const rapidjson::Value& messages, const rapidjson::Value* tools,
@@ -32,8 +32,8 @@ struct ModelContext {
     /// True when the rendered chat text already starts with BOS when needed (a chat
     /// template prints bos_token itself); false: the tokenizer adds BOS.
     bool template_adds_bos = false;
-    ChatFormat chat_format;                 ///< tool-call and reasoning syntax of the chat output
-    std::string chat_template;              ///< the GGUF's chat template ("" for none)
+    ChatFormat chat_format;     ///< tool-call and reasoning syntax of the chat output
+    std::string chat_template;  ///< the GGUF's chat template ("" for none)
 };
 
 /// Parses a request body (parse_json_body(): strict JSON). Throws ApiError(400) when it

@@ -125,8 +125,8 @@ void tool_calls(Writer& w, const ChoiceOut& c, bool chunk) {
 }
 
 // Completions: the legacy {tokens, token_logprobs, top_logprobs, text_offset}.
-void legacy_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<LogprobEntry>& entries,
-                     int64_t offset, bool as_ids) {
+void legacy_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<LogprobEntry>& entries, int64_t offset,
+                     bool as_ids) {
     w.Key("logprobs");
     w.StartObject();
     w.Key("tokens");
@@ -218,7 +218,8 @@ void prompt_logprobs_array(Writer& w, const model::Tokenizer& tok, const ChoiceO
             }
             entry(actual, *p->logprob, rank);
         }
-        for (size_t k = 0; k < p->top.size(); ++k) entry(p->top[k].first, p->top[k].second, static_cast<int64_t>(k + 1));
+        for (size_t k = 0; k < p->top.size(); ++k)
+            entry(p->top[k].first, p->top[k].second, static_cast<int64_t>(k + 1));
         w.EndObject();
     }
     w.EndArray();

@@ -21,11 +21,11 @@ namespace loom::gateway {
 /// One choice's content for a response or a chunk.
 struct ChoiceOut {
     int index = 0;
-    std::string text;                    ///< released text (any bytes; written as valid UTF-8)
-    std::vector<LogprobEntry> entries;   ///< logprob entries that spell `text`
+    std::string text;                   ///< released text (any bytes; written as valid UTF-8)
+    std::vector<LogprobEntry> entries;  ///< logprob entries that spell `text`
     std::optional<std::string> finish_reason;
-    int64_t text_offset = 0;             ///< completions: characters before `text` in this choice
-    bool first_chunk = false;            ///< chat streams: the first chunk carries the role
+    int64_t text_offset = 0;   ///< completions: characters before `text` in this choice
+    bool first_chunk = false;  ///< chat streams: the first chunk carries the role
     /// vLLM's prompt_logprobs (one per prompt token; the first has no value), when asked
     /// for; chat writes them at the top level. Not owned.
     const std::vector<std::optional<protocol::PromptLogprobs>>* prompt_logprobs = nullptr;

@@ -322,8 +322,7 @@ std::vector<ResponsesEvent> ResponsesStream::end(const ChoiceOut& whole, const U
                             message_item(w, req_, meta_, tok_, &whole, true);
                         })));
     const std::string status = item_status(&whole);
-    out.push_back(event(status == "incomplete" ? "response.incomplete" : "response.completed",
-                        fields([&](Writer& w) {
+    out.push_back(event(status == "incomplete" ? "response.incomplete" : "response.completed", fields([&](Writer& w) {
                             w.Key("response");
                             response_fields(w, req_, meta_, tok_, &whole, &usage, status, nullptr);
                         })));

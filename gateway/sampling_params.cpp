@@ -19,8 +19,8 @@ std::vector<std::pair<int32_t, float>> logit_bias(const Value& lb, const model::
     for (auto it = lb.MemberBegin(); it != lb.MemberEnd(); ++it) {
         const std::string_view key(it->name.GetString(), it->name.GetStringLength());
         // Decimal digits only (no sign, space or embedded NUL), at most 10 of them.
-        const bool digits = !key.empty() && key.size() <= 10 &&
-                            key.find_first_not_of("0123456789") == std::string_view::npos;
+        const bool digits =
+            !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string_view::npos;
         const long long id = digits ? std::stoll(std::string(key)) : -1;
         if (!digits || id >= tok.n_vocab())
             bad_request("logit_bias", "logit_bias key " + quoted(key) + " is not a token id in the vocabulary");
@@ -44,7 +44,8 @@ bool processed_logprobs(const Value& body) {
     if (!mode) return false;
     const std::string m = mode->IsString() ? mode->GetString() : "";
     if (m == "processed" || m == "processed_logprobs") return true;
-    if (m != "raw" && m != "raw_logprobs") bad_request("logprobs_mode", "'logprobs_mode' must be \"raw\" or \"processed\"");
+    if (m != "raw" && m != "raw_logprobs")
+        bad_request("logprobs_mode", "'logprobs_mode' must be \"raw\" or \"processed\"");
     return false;
 }
 

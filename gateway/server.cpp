@@ -91,7 +91,8 @@ std::string tokenize_body(const App& app, const std::string& body, bool detokeni
     rapidjson::Writer<rapidjson::StringBuffer> w(buf);
     w.StartObject();
     if (detokenize) {
-        if (!d.HasMember("tokens") || !d["tokens"].IsArray()) throw ApiError(400, "'tokens' must be an array", "tokens");
+        if (!d.HasMember("tokens") || !d["tokens"].IsArray())
+            throw ApiError(400, "'tokens' must be an array", "tokens");
         std::vector<int32_t> ids;
         for (const auto& v : d["tokens"].GetArray()) {
             if (!v.IsInt64() || v.GetInt64() < 0 || v.GetInt64() >= app.tokenizer->n_vocab())
@@ -104,7 +105,8 @@ std::string tokenize_body(const App& app, const std::string& body, bool detokeni
     } else {
         bool add_special = true;
         if (d.HasMember("add_special_tokens")) {
-            if (!d["add_special_tokens"].IsBool()) throw ApiError(400, "'add_special_tokens' must be a boolean", "add_special_tokens");
+            if (!d["add_special_tokens"].IsBool())
+                throw ApiError(400, "'add_special_tokens' must be a boolean", "add_special_tokens");
             add_special = d["add_special_tokens"].GetBool();
         }
         std::string text;
@@ -187,7 +189,8 @@ asio::awaitable<void> drain_and_close(beast::tcp_stream& stream) {
     std::vector<char> sink(64 * 1024);
     size_t total = 0;
     while (total < (256u << 20)) {
-        const size_t n = co_await stream.async_read_some(asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
+        const size_t n =
+            co_await stream.async_read_some(asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
         if (ec) break;
         total += n;
     }
@@ -227,8 +230,9 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
     const auto method = req.method_string();
     if (std::string_view(method.data(), method.size()) != allow) {
         co_await write_error(stream,
-                             ApiError(405, "method " + quoted(std::string_view(method.data(), method.size())) +
-                                               " is not allowed on " + path + "; use " + std::string(allow),
+                             ApiError(405,
+                                      "method " + quoted(std::string_view(method.data(), method.size())) +
+                                          " is not allowed on " + path + "; use " + std::string(allow),
                                       "", "method_not_allowed"),
                              keep, version, allow);
         co_return keep;
@@ -249,12 +253,13 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
             co_await write_json(stream, http::status::ok, models_body(app, true), keep, version);
         else
             co_await write_error(stream,
-                                 ApiError(404, "The model " + quoted(path.substr(11)) + " does not exist; this server serves '" +
-                                                   app.opts.model_id + "'",
+                                 ApiError(404,
+                                          "The model " + quoted(path.substr(11)) +
+                                              " does not exist; this server serves '" + app.opts.model_id + "'",
                                           "model", "model_not_found"),
                                  keep, version);
     } else if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/responses") {
-        const Endpoint ep = path == "/v1/completions"   ? Endpoint::Completions
+        const Endpoint ep = path == "/v1/completions" ? Endpoint::Completions
                             : path == "/v1/responses" ? Endpoint::Responses
                                                       : Endpoint::ChatCompletions;
         co_return co_await handle_generation(app, stream, req, ep, started) && keep;
@@ -263,9 +268,7 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
         std::string out;
         try {
             out = tokenize_body(app, req.body(), path == "/detokenize");
-        } catch (const ApiError& e) {
-            err = e;
-        }
+        } catch (const ApiError& e) { err = e; }
         if (err) co_await write_error(stream, *err, keep, version);
         else co_await write_json(stream, http::status::ok, std::move(out), keep, version);
     }
@@ -314,10 +317,11 @@ asio::awaitable<void> session(tcp::socket socket, App& app) {
             request_ids()[&stream] = choose_request_id({});
         }
         if (ec == http::error::body_limit) {
-            co_await write_error(stream,
-                                 ApiError(413, "the request body exceeds " + std::to_string(app.opts.max_body_bytes) +
-                                                   " bytes", "", "request_too_large"),
-                                 false, 11);
+            co_await write_error(
+                stream,
+                ApiError(413, "the request body exceeds " + std::to_string(app.opts.max_body_bytes) + " bytes", "",
+                         "request_too_large"),
+                false, 11);
             co_await drain_and_close(stream);
             co_return;
         }
@@ -329,8 +333,8 @@ asio::awaitable<void> session(tcp::socket socket, App& app) {
         }
         if (ec && ec.category() == http::make_error_code(http::error::bad_target).category() &&
             ec != http::error::end_of_stream && ec != http::error::partial_message) {
-            co_await write_error(stream, ApiError(400, "malformed HTTP request: " + ec.message(), "", "bad_http"), false,
-                                 11);
+            co_await write_error(stream, ApiError(400, "malformed HTTP request: " + ec.message(), "", "bad_http"),
+                                 false, 11);
             co_await drain_and_close(stream);
             co_return;
         }
@@ -342,15 +346,13 @@ asio::awaitable<void> session(tcp::socket socket, App& app) {
         reg.it->busy = true;
         try {
             keep_going = co_await route(app, stream, parser.get(), started);
-        } catch (const std::exception& e) {
-            internal = cut(e.what());
-        }
+        } catch (const std::exception& e) { internal = cut(e.what()); }
         if (internal) {
             std::cerr << "loom-gateway: internal error: " << *internal << "\n";
             if (!started)
-                co_await write_error(stream, ApiError(500, "internal error: " + *internal, "", "internal_error",
-                                                      "server_error"),
-                                     false, parser.get().version());
+                co_await write_error(
+                    stream, ApiError(500, "internal error: " + *internal, "", "internal_error", "server_error"), false,
+                    parser.get().version());
         }
         reg.it->busy = false;
         if (internal || !keep_going) break;

@@ -23,12 +23,12 @@ namespace loom::gateway {
 /// What the HTTP server is told on the command line (see main.cpp's --help).
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    unsigned short port = 8080;           ///< 0: any free port (printed at start)
-    std::string model_id;                 ///< id served on /v1/models
-    std::string api_key;                  ///< "": no authentication
-    size_t max_body_bytes = 8u << 20;     ///< larger bodies get 413
-    std::chrono::milliseconds write_timeout{30000};   ///< a response write that takes longer: the request is cancelled
-    std::chrono::milliseconds request_timeout{0};     ///< 0: none; else a generation that takes longer gets 503
+    unsigned short port = 8080;                      ///< 0: any free port (printed at start)
+    std::string model_id;                            ///< id served on /v1/models
+    std::string api_key;                             ///< "": no authentication
+    size_t max_body_bytes = 8u << 20;                ///< larger bodies get 413
+    std::chrono::milliseconds write_timeout{30000};  ///< a response write that takes longer: the request is cancelled
+    std::chrono::milliseconds request_timeout{0};    ///< 0: none; else a generation that takes longer gets 503
 };
 
 /// The connections being served, so that a shutdown can close the idle ones and let
@@ -52,7 +52,7 @@ struct App {
     std::unique_ptr<model::Tokenizer> tokenizer;
     std::unique_ptr<ChatRenderer> chat;
     std::unique_ptr<Metrics> metrics;  ///< GET /metrics; declared before engine, which reports to it
-    ChatFormat chat_format;  ///< tool-call and reasoning syntax of the model's chat output
+    ChatFormat chat_format;            ///< tool-call and reasoning syntax of the model's chat output
     std::unique_ptr<EngineClient> engine;
     int64_t created = 0;  ///< Unix time the gateway started (the model's "created")
     uint64_t next_response = 1;
@@ -85,8 +85,7 @@ size_t begin_drain(App& app);
 /// cannot be answered with a status code). Returns false when the connection must
 /// close (the client went away, or it asked to close).
 asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
-                                        const http::request<http::string_body>& req, Endpoint endpoint,
-                                        bool& started);
+                                        const http::request<http::string_body>& req, Endpoint endpoint, bool& started);
 
 /// The x-request-id of the request `stream` is answering now (set by the session for
 /// each request: the client's own when it sent a usable one, else a new random id);

@@ -18,7 +18,8 @@ void validate_content_parts(const Value& content, const std::string& where) {
         const Value* type = part.IsObject() ? find_field(part, "type") : nullptr;
         const Value* text = part.IsObject() ? find_field(part, "text") : nullptr;
         if (!type || !type->IsString() || std::string(type->GetString()) != "text" || !text || !text->IsString())
-            bad_request(where + ".content", "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+            bad_request(where + ".content",
+                        "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
     }
 }
 
@@ -63,7 +64,8 @@ std::string render_chat_prompt(const Value& body, const ModelContext& ctx, const
     const Value* tools = find_field(body, "tools");
     if (tools && !tools->IsArray()) bad_request("tools", "'tools' must be an array");
     const bool add_gen = boolean_field(body, "add_generation_prompt", true);
-    return ctx.render_chat(messages, tools, add_gen, template_kwargs && !template_kwargs->IsNull() ? template_kwargs : nullptr);
+    return ctx.render_chat(messages, tools, add_gen,
+                           template_kwargs && !template_kwargs->IsNull() ? template_kwargs : nullptr);
 }
 
 GenerationRequest build_chat_request(std::string_view body_text, const ModelContext& ctx) {

@@ -35,8 +35,9 @@ std::vector<CompletionPrompt> array_prompts(const Value& p, const model::Tokeniz
             out.emplace_back(token_ids(a, "prompt", tok));
         }
     } else {
-        bad_request("prompt", "'prompt' must be a string, an array of strings, an array of token ids, or an array of "
-                              "arrays of token ids");
+        bad_request("prompt",
+                    "'prompt' must be a string, an array of strings, an array of token ids, or an array of "
+                    "arrays of token ids");
     }
     return out;
 }
@@ -59,8 +60,9 @@ std::vector<CompletionPrompt> completion_prompts(const Value& body, const model:
     if (p->IsString()) out.emplace_back(std::string(p->GetString(), p->GetStringLength()));
     else if (p->IsArray() && !p->Empty()) out = array_prompts(*p, tok);
     else
-        bad_request("prompt", "'prompt' must be a string, an array of strings, an array of token ids, or an array "
-                              "of arrays of token ids (not empty)");
+        bad_request("prompt",
+                    "'prompt' must be a string, an array of strings, an array of token ids, or an array "
+                    "of arrays of token ids (not empty)");
     if (out.size() > kMaxCompletionPrompts)
         bad_request("prompt", "at most " + std::to_string(kMaxCompletionPrompts) + " prompts per request");
     return out;
@@ -72,8 +74,7 @@ std::vector<std::vector<int32_t>> tokenize_completion_prompts(const std::vector<
     for (const CompletionPrompt& p : prompts) {
         if (const auto* text = std::get_if<std::string>(&p))
             out.push_back(tokenize_prompt(tok, *text, true, "prompt", "the prompt is empty after tokenization"));
-        else
-            out.push_back(std::get<std::vector<int32_t>>(p));
+        else out.push_back(std::get<std::vector<int32_t>>(p));
     }
     return out;
 }

@@ -16,8 +16,10 @@ std::string str(const Value& v) { return std::string(v.GetString(), v.GetStringL
 
 void refuse_stateful(const Value& body) {
     if (find_field(body, "previous_response_id"))
-        bad_request("previous_response_id", "loom does not store responses, so 'previous_response_id' cannot be used; "
-                                            "send the earlier turns in 'input' instead", "unsupported_parameter");
+        bad_request("previous_response_id",
+                    "loom does not store responses, so 'previous_response_id' cannot be used; "
+                    "send the earlier turns in 'input' instead",
+                    "unsupported_parameter");
     if (find_field(body, "conversation"))
         bad_request("conversation", "loom does not store conversations; send the earlier turns in 'input'",
                     "unsupported_parameter");
@@ -29,7 +31,8 @@ void refuse_stateful(const Value& body) {
                     "unsupported_parameter");
     if (const Value* tools = find_field(body, "tools"); tools && (!tools->IsArray() || !tools->Empty()))
         bad_request("tools", "tools are not supported by /v1/responses here", "unsupported_parameter");
-    if (find_field(body, "reasoning")) bad_request("reasoning", "'reasoning' is not supported", "unsupported_parameter");
+    if (find_field(body, "reasoning"))
+        bad_request("reasoning", "'reasoning' is not supported", "unsupported_parameter");
     if (const Value* text = find_field(body, "text")) {
         const Value* format = text->IsObject() ? find_field(*text, "format") : nullptr;
         const Value* type = format && format->IsObject() ? find_field(*format, "type") : nullptr;
@@ -92,7 +95,8 @@ Value messages_of(const Value& body, rapidjson::Document::AllocatorType& a) {
         } else {
             Value parts(rapidjson::kArrayType);
             size_t k = 0;
-            for (const Value& part : content->GetArray()) add_part(part, where + ".content[" + std::to_string(k++) + "]", parts, a);
+            for (const Value& part : content->GetArray())
+                add_part(part, where + ".content[" + std::to_string(k++) + "]", parts, a);
             m.AddMember("content", parts, a);
         }
         msgs.PushBack(m, a);
@@ -131,11 +135,12 @@ GenerationRequest build_responses_request(std::string_view body_text, const Mode
     // Sampling fields carry over unchanged (the Responses API's temperature and top_p, and
     // vLLM's extensions); `model` and `stream` too.
     for (const char* k : {"model", "stream", "temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
-                          "frequency_penalty", "repetition_penalty", "logit_bias", "allowed_token_ids",
-                          "logprobs_mode", "ignore_eos", "return_tokens_as_token_ids"})
+                          "frequency_penalty", "repetition_penalty", "logit_bias", "allowed_token_ids", "logprobs_mode",
+                          "ignore_eos", "return_tokens_as_token_ids"})
         if (const Value* v = find_field(body, k)) chat.AddMember(rapidjson::StringRef(k), Value(*v, a), a);
     if (const Value* v = find_field(body, "max_output_tokens")) {
-        if (!v->IsInt64() || v->GetInt64() < 1) bad_request("max_output_tokens", "'max_output_tokens' must be an integer >= 1");
+        if (!v->IsInt64() || v->GetInt64() < 1)
+            bad_request("max_output_tokens", "'max_output_tokens' must be an integer >= 1");
         chat.AddMember("max_tokens", Value(*v, a), a);
     }
     const bool lp = wants_logprobs(body);

@@ -27,8 +27,7 @@ void SpanParser::emit(Part part, size_t n, int call) {
     if (n == 0) return;
     if (!out_->empty() && out_->back().part == part && out_->back().call == call && part != Part::CallStart)
         out_->back().len += n;
-    else
-        out_->push_back(Span{part, n, call, {}});
+    else out_->push_back(Span{part, n, call, {}});
     buf_.erase(0, n);
 }
 

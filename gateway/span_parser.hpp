@@ -29,9 +29,9 @@ enum class Part : unsigned char {
 /// A decided run of parse text.
 struct Span {
     Part part = Part::Content;
-    size_t len = 0;     ///< parse-text bytes covered (0 for CallStart)
-    int call = -1;      ///< CallStart, Name, Arguments: the call's index, 0 first
-    std::string name;   ///< CallStart: the function name
+    size_t len = 0;    ///< parse-text bytes covered (0 for CallStart)
+    int call = -1;     ///< CallStart, Name, Arguments: the call's index, 0 first
+    std::string name;  ///< CallStart: the function name
 };
 
 /// True for the JSON whitespace bytes (RFC 8259): space, tab, LF, CR.
@@ -86,10 +86,10 @@ protected:
     /// when no marker is there yet (or, with final_, everything was emitted).
     int scan_until(const std::vector<std::string>& ends, Part part, size_t& ws, int call = -1);
 
-    std::string buf_;          ///< undecided parse text
-    bool final_ = false;       ///< the output has ended
+    std::string buf_;     ///< undecided parse text
+    bool final_ = false;  ///< the output has ended
     bool done_ = false;
-    int calls_ = 0;            ///< calls started so far
+    int calls_ = 0;  ///< calls started so far
     std::vector<Span>* out_ = nullptr;
 };
 

@@ -5,7 +5,9 @@ namespace loom::gateway {
 namespace {
 
 std::string_view media_type(std::string_view name) {
-    auto ends = [&](std::string_view ext) { return name.size() >= ext.size() && name.substr(name.size() - ext.size()) == ext; };
+    auto ends = [&](std::string_view ext) {
+        return name.size() >= ext.size() && name.substr(name.size() - ext.size()) == ext;
+    };
     if (ends(".html")) return "text/html; charset=utf-8";
     if (ends(".css")) return "text/css; charset=utf-8";
     if (ends(".js")) return "text/javascript; charset=utf-8";

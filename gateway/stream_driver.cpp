@@ -50,7 +50,8 @@ asio::awaitable<bool> SseWriter::event(const std::string& data) {
     std::string payload = "data: " + data + "\n\n";
     boost::system::error_code ec;
     s_.expires_after(timeout_);
-    co_await asio::async_write(s_, http::make_chunk(asio::buffer(payload)), asio::redirect_error(asio::use_awaitable, ec));
+    co_await asio::async_write(s_, http::make_chunk(asio::buffer(payload)),
+                               asio::redirect_error(asio::use_awaitable, ec));
     co_return after_write(ec);
 }
 
@@ -58,7 +59,8 @@ asio::awaitable<bool> SseWriter::event(const std::string& name, const std::strin
     std::string payload = "event: " + name + "\ndata: " + data + "\n\n";
     boost::system::error_code ec;
     s_.expires_after(timeout_);
-    co_await asio::async_write(s_, http::make_chunk(asio::buffer(payload)), asio::redirect_error(asio::use_awaitable, ec));
+    co_await asio::async_write(s_, http::make_chunk(asio::buffer(payload)),
+                               asio::redirect_error(asio::use_awaitable, ec));
     co_return after_write(ec);
 }
 
@@ -80,8 +82,15 @@ bool SseWriter::after_write(const boost::system::error_code& ec) {
 StreamDriver::StreamDriver(beast::tcp_stream& stream, EngineClient& engine, std::shared_ptr<EventQueue> queue,
                            std::vector<std::unique_ptr<Choice>>& choices, const GenerationRequest& req,
                            const ResponseMeta& meta, const model::Tokenizer& tok, StreamLimits limits)
-    : stream_(stream), engine_(engine), queue_(std::move(queue)), choices_(choices), req_(req), meta_(meta), tok_(tok),
-      sse_(stream, limits.write_timeout), limits_(limits) {
+    : stream_(stream),
+      engine_(engine),
+      queue_(std::move(queue)),
+      choices_(choices),
+      req_(req),
+      meta_(meta),
+      tok_(tok),
+      sse_(stream, limits.write_timeout),
+      limits_(limits) {
     if (req.endpoint == Endpoint::Responses) responses_ = std::make_unique<ResponsesStream>(req, meta, tok);
     asio::co_spawn(stream_.get_executor(), watch_disconnect(stream_.socket(), queue_, live_), asio::detached);
     if (limits_.request_timeout.count() > 0) {

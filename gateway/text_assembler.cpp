@@ -84,8 +84,7 @@ LogprobEntry TextAssembler::make_entry(int32_t token) const {
     e.special = tok_.vocab().is_special(token);
     if (e.special && specials_as_text_ && token >= 0 && token < tok_.n_vocab())
         e.bytes = tok_.vocab().tokens[static_cast<size_t>(token)];
-    else
-        e.bytes = tok_.token_bytes(token);
+    else e.bytes = tok_.token_bytes(token);
     return e;
 }
 

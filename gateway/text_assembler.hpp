@@ -28,11 +28,11 @@ namespace loom::gateway {
 /// One token of output as the client sees it.
 struct LogprobEntry {
     int32_t token = 0;
-    std::string bytes;                     ///< exact bytes it contributes (trimmed at a stop)
-    bool special = false;                  ///< control token (chat: bytes are null in JSON)
+    std::string bytes;     ///< exact bytes it contributes (trimmed at a stop)
+    bool special = false;  ///< control token (chat: bytes are null in JSON)
     float logprob = 0;
-    bool has_logprob = true;               ///< false for the first prompt token under echo
-    bool echoed = false;                   ///< a prompt token (echo), not a generated one
+    bool has_logprob = true;  ///< false for the first prompt token under echo
+    bool echoed = false;      ///< a prompt token (echo), not a generated one
     std::vector<protocol::TokenLogprob> top;
 };
 
@@ -88,10 +88,10 @@ private:
     const model::Tokenizer& tok_;
     std::vector<std::string> stops_;
     bool specials_as_text_ = false;
-    std::string pending_;                 // bytes not yet released
-    std::vector<LogprobEntry> entries_;   // entries not yet released, in order
-    std::vector<size_t> ends_;            // end offset in pending_ of each held entry
-    size_t prompt_pending_ = 0;           // leading bytes of pending_ that are echoed prompt
+    std::string pending_;                // bytes not yet released
+    std::vector<LogprobEntry> entries_;  // entries not yet released, in order
+    std::vector<size_t> ends_;           // end offset in pending_ of each held entry
+    size_t prompt_pending_ = 0;          // leading bytes of pending_ that are echoed prompt
     int64_t generated_ = 0;
     bool stopped_ = false;
 };

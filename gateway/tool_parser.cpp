@@ -10,8 +10,8 @@ namespace loom::gateway {
 namespace {
 
 constexpr FamilyName<ToolFamily> kFamilies[] = {
-    {ToolFamily::None, "none"},         {ToolFamily::Hermes, "hermes"},   {ToolFamily::Llama3, "llama3"},
-    {ToolFamily::Mistral, "mistral"},   {ToolFamily::DeepSeek, "deepseek"}, {ToolFamily::Granite, "granite"},
+    {ToolFamily::None, "none"},          {ToolFamily::Hermes, "hermes"},     {ToolFamily::Llama3, "llama3"},
+    {ToolFamily::Mistral, "mistral"},    {ToolFamily::DeepSeek, "deepseek"}, {ToolFamily::Granite, "granite"},
     {ToolFamily::CommandR, "command_r"}, {ToolFamily::GptOss, "gpt_oss"},
 };
 
@@ -41,19 +41,20 @@ ToolFamily detect_tool_family(std::string_view t) {
 
 std::unique_ptr<SpanParser> make_tool_parser(ToolFamily family, const ToolParserOptions& opts) {
     switch (family) {
-    case ToolFamily::None: return nullptr;
-    case ToolFamily::Hermes: return tools::make_hermes(opts);
-    case ToolFamily::Llama3: return tools::make_llama3(opts);
-    case ToolFamily::Mistral: return tools::make_mistral(opts);
-    case ToolFamily::DeepSeek: return tools::make_deepseek(opts);
-    case ToolFamily::Granite: return tools::make_granite(opts);
-    case ToolFamily::CommandR: return tools::make_command_r(opts);
-    case ToolFamily::GptOss: return tools::make_gpt_oss(opts);
+        case ToolFamily::None: return nullptr;
+        case ToolFamily::Hermes: return tools::make_hermes(opts);
+        case ToolFamily::Llama3: return tools::make_llama3(opts);
+        case ToolFamily::Mistral: return tools::make_mistral(opts);
+        case ToolFamily::DeepSeek: return tools::make_deepseek(opts);
+        case ToolFamily::Granite: return tools::make_granite(opts);
+        case ToolFamily::CommandR: return tools::make_command_r(opts);
+        case ToolFamily::GptOss: return tools::make_gpt_oss(opts);
     }
     return nullptr;
 }
 
-std::unique_ptr<SpanParser> make_constrained_parser(std::optional<std::string> function, const ToolParserOptions& opts) {
+std::unique_ptr<SpanParser> make_constrained_parser(std::optional<std::string> function,
+                                                    const ToolParserOptions& opts) {
     return tools::make_constrained(std::move(function), opts);
 }
 
@@ -71,32 +72,28 @@ private:
     enum class St { Start, Args, After, Tail };
     bool step() override {
         switch (st_) {
-        case St::Start: {
-            emit(Part::Marker, ws_at(0));
-            if (buf_.empty()) return false;
-            const int call = start_call(fn_);
-            begin_args(call);
-            st_ = buf_[0] == '{' ? St::Args : St::Tail;
-            return true;
-        }
-        case St::Args:
-            switch (read_args()) {
-            case Read::More: return false;
-            case Read::Closed:
-                call_finished();
-                st_ = St::After;
-                return true;
-            default:
-                st_ = St::Tail;
+            case St::Start: {
+                emit(Part::Marker, ws_at(0));
+                if (buf_.empty()) return false;
+                const int call = start_call(fn_);
+                begin_args(call);
+                st_ = buf_[0] == '{' ? St::Args : St::Tail;
                 return true;
             }
-        case St::After:  // a grammar lets nothing follow; should text come, it is content
-            emit(Part::Marker, ws_at(0));
-            emit(Part::Content, buf_.size());
-            return false;
-        case St::Tail:
-            emit(Part::Arguments, buf_.size(), broken_call());
-            return false;
+            case St::Args:
+                switch (read_args()) {
+                    case Read::More: return false;
+                    case Read::Closed:
+                        call_finished();
+                        st_ = St::After;
+                        return true;
+                    default: st_ = St::Tail; return true;
+                }
+            case St::After:  // a grammar lets nothing follow; should text come, it is content
+                emit(Part::Marker, ws_at(0));
+                emit(Part::Content, buf_.size());
+                return false;
+            case St::Tail: emit(Part::Arguments, buf_.size(), broken_call()); return false;
         }
         return false;
     }

@@ -50,8 +50,8 @@ ToolFamily detect_tool_family(std::string_view chat_template);
 
 /// What a request allows the parser to find.
 struct ToolParserOptions {
-    bool parallel = true;   ///< parallel_tool_calls: false ends the output after the first call
-    bool calls = true;      ///< false (tool_choice "none"): gpt_oss still splits channels, finds no calls
+    bool parallel = true;  ///< parallel_tool_calls: false ends the output after the first call
+    bool calls = true;     ///< false (tool_choice "none"): gpt_oss still splits channels, finds no calls
 };
 
 /// A parser for `family`'s syntax (nullptr for None). Calls are recognized once their

@@ -45,7 +45,8 @@ std::vector<FunctionTool> parse_tools(const Value& tools, bool& strict) {
         const Value& t = tools[i];
         const Value* type = t.IsObject() ? field(t, "type") : nullptr;
         if (!type || !type->IsString() || std::string_view(type->GetString()) != "function")
-            bad(where + ".type", where + " must be an object with \"type\": \"function\" (only function tools are supported)");
+            bad(where + ".type",
+                where + " must be an object with \"type\": \"function\" (only function tools are supported)");
         const Value* fn = field(t, "function");
         if (!fn || !fn->IsObject()) bad(where + ".function", where + ".function must be an object");
         const Value* name = field(*fn, "name");
@@ -58,7 +59,8 @@ std::vector<FunctionTool> parse_tools(const Value& tools, bool& strict) {
         if (const Value* d = field(*fn, "description"); d && !d->IsString())
             bad(where + ".function.description", where + ".function.description must be a string");
         if (const Value* p = field(*fn, "parameters")) {
-            if (!p->IsObject()) bad(where + ".function.parameters", where + ".function.parameters must be a JSON Schema object");
+            if (!p->IsObject())
+                bad(where + ".function.parameters", where + ".function.parameters must be a JSON Schema object");
             f.parameters = to_json(*p);
         }
         if (const Value* s = field(*fn, "strict")) {
@@ -73,7 +75,9 @@ std::vector<FunctionTool> parse_tools(const Value& tools, bool& strict) {
 // The grammar of a tool_choice that forces calls: a named function's arguments
 // object, or (required) a list of {"name", "parameters"} calls to the tools.
 std::string forced_schema(const std::vector<FunctionTool>& tools, const std::string* named, bool parallel) {
-    auto params = [](const FunctionTool& t) { return t.parameters.empty() ? std::string("{\"type\":\"object\"}") : t.parameters; };
+    auto params = [](const FunctionTool& t) {
+        return t.parameters.empty() ? std::string("{\"type\":\"object\"}") : t.parameters;
+    };
     if (named) {
         for (const auto& t : tools)
             if (t.name == *named) return params(t);
@@ -81,8 +85,8 @@ std::string forced_schema(const std::vector<FunctionTool>& tools, const std::str
     std::string items;
     for (const auto& t : tools) {
         if (!items.empty()) items += ",";
-        items += "{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"" + t.name + "\"},\"parameters\":" + params(t) +
-                 "},\"required\":[\"name\",\"parameters\"]}";
+        items += "{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"" + t.name +
+                 "\"},\"parameters\":" + params(t) + "},\"required\":[\"name\",\"parameters\"]}";
     }
     return "{\"type\":\"array\",\"minItems\":1," + std::string(parallel ? "" : "\"maxItems\":1,") +
            "\"items\":{\"anyOf\":[" + items + "]}}";
@@ -115,9 +119,7 @@ std::string forced_family_source(ToolFamily family, const std::vector<FunctionTo
 }
 
 void set_constraint(std::optional<OutputConstraint>& c, OutputConstraint next) {
-    if (c)
-        bad(next.param, "'" + next.param + "' and '" + c->param +
-                            "' both constrain the output; give one of them");
+    if (c) bad(next.param, "'" + next.param + "' and '" + c->param + "' both constrain the output; give one of them");
     c = std::move(next);
 }
 
@@ -133,16 +135,19 @@ void parse_constraints(const Value& body, std::optional<OutputConstraint>& c) {
             const Value* js = field(*rf, "json_schema");
             if (!js || !js->IsObject()) bad("response_format", "'response_format.json_schema' must be an object");
             const Value* name = field(*js, "name");
-            if (!name || !name->IsString()) bad("response_format", "'response_format.json_schema.name' must be a string");
+            if (!name || !name->IsString())
+                bad("response_format", "'response_format.json_schema.name' must be a string");
             const Value* schema = field(*js, "schema");
-            if (schema && !schema->IsObject()) bad("response_format", "'response_format.json_schema.schema' must be an object");
+            if (schema && !schema->IsObject())
+                bad("response_format", "'response_format.json_schema.schema' must be an object");
             set_constraint(c, {K::JsonSchema, schema ? to_json(*schema) : "{}", "response_format"});
         } else if (t != "text") {
             bad("response_format", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
         }
     }
     if (const Value* g = field(body, "guided_json")) {
-        if (!g->IsObject() && !g->IsString()) bad("guided_json", "'guided_json' must be a JSON Schema (object or string)");
+        if (!g->IsObject() && !g->IsString())
+            bad("guided_json", "'guided_json' must be a JSON Schema (object or string)");
         set_constraint(c, {K::JsonSchema, g->IsString() ? g->GetString() : to_json(*g), "guided_json"});
     }
     if (const Value* g = field(body, "guided_regex")) {
@@ -165,12 +170,21 @@ void parse_constraints(const Value& body, std::optional<OutputConstraint>& c) {
         for (auto m = so->MemberBegin(); m != so->MemberEnd(); ++m) {
             const std::string k = m->name.GetString();
             if (m->value.IsNull()) continue;
-            if (k == "json") set_constraint(c, {K::JsonSchema, m->value.IsString() ? m->value.GetString() : to_json(m->value), "structured_outputs"});
-            else if (k == "json_object" && m->value.IsBool() && m->value.GetBool()) set_constraint(c, {K::JsonSchema, "{\"type\":\"object\"}", "structured_outputs"});
-            else if (k == "regex" && m->value.IsString()) set_constraint(c, {K::Regex, m->value.GetString(), "structured_outputs"});
-            else if (k == "choice" && m->value.IsArray()) set_constraint(c, {K::Choice, to_json(m->value), "structured_outputs"});
-            else if (k == "grammar" && m->value.IsString()) set_constraint(c, {K::Grammar, m->value.GetString(), "structured_outputs"});
-            else bad("structured_outputs", "'structured_outputs." + k + "' is not a constraint loom knows (json, json_object, regex, choice, grammar)");
+            if (k == "json")
+                set_constraint(c, {K::JsonSchema, m->value.IsString() ? m->value.GetString() : to_json(m->value),
+                                   "structured_outputs"});
+            else if (k == "json_object" && m->value.IsBool() && m->value.GetBool())
+                set_constraint(c, {K::JsonSchema, "{\"type\":\"object\"}", "structured_outputs"});
+            else if (k == "regex" && m->value.IsString())
+                set_constraint(c, {K::Regex, m->value.GetString(), "structured_outputs"});
+            else if (k == "choice" && m->value.IsArray())
+                set_constraint(c, {K::Choice, to_json(m->value), "structured_outputs"});
+            else if (k == "grammar" && m->value.IsString())
+                set_constraint(c, {K::Grammar, m->value.GetString(), "structured_outputs"});
+            else
+                bad("structured_outputs",
+                    "'structured_outputs." + k +
+                        "' is not a constraint loom knows (json, json_object, regex, choice, grammar)");
         }
     }
 }
@@ -187,7 +201,8 @@ bool template_reads(std::string_view tmpl, std::string_view name) {
     return false;
 }
 
-OutputRequest parse_output_request(const Value& body, bool chat, const ChatFormat& fmt, std::string_view chat_template) {
+OutputRequest parse_output_request(const Value& body, bool chat, const ChatFormat& fmt,
+                                   std::string_view chat_template) {
     OutputRequest r;
     parse_constraints(body, r.constraint);
     if (!chat) return r;
@@ -202,15 +217,17 @@ OutputRequest parse_output_request(const Value& body, bool chat, const ChatForma
         if (choice->IsString()) {
             mode = choice->GetString();
             if (mode != "none" && mode != "auto" && mode != "required")
-                bad("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
-                                   "\"function\": {\"name\": ...}}");
+                bad("tool_choice",
+                    "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                    "\"function\": {\"name\": ...}}");
         } else if (choice->IsObject()) {
             const Value* type = field(*choice, "type");
             const Value* fn = field(*choice, "function");
             const Value* name = fn && fn->IsObject() ? field(*fn, "name") : field(*choice, "name");
             if (!type || !type->IsString() || std::string_view(type->GetString()) != "function" || !name ||
                 !name->IsString())
-                bad("tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+                bad("tool_choice",
+                    "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
             mode = "named";
             named = name->GetString();
         } else {
@@ -236,8 +253,10 @@ OutputRequest parse_output_request(const Value& body, bool chat, const ChatForma
     o.parallel = parallel;
     if (mode == "auto") {
         if (fmt.tools == ToolFamily::None)
-            bad("tools", "this model's chat template shows no tool-call syntax loom can parse, so tool calls could not "
-                         "be returned; start loom-gateway with --tool-parser NAME (" + tool_family_names() + ")");
+            bad("tools",
+                "this model's chat template shows no tool-call syntax loom can parse, so tool calls could not "
+                "be returned; start loom-gateway with --tool-parser NAME (" +
+                    tool_family_names() + ")");
         o.calls = true;
         if (strict) {
             rapidjson::StringBuffer buf;
@@ -254,7 +273,8 @@ OutputRequest parse_output_request(const Value& body, bool chat, const ChatForma
         } else {
             o.constrained = true;
             if (fn) o.function = named;
-            set_constraint(r.constraint, {OutputConstraint::Kind::JsonSchema, forced_schema(r.tools, fn, parallel), "tool_choice"});
+            set_constraint(r.constraint,
+                           {OutputConstraint::Kind::JsonSchema, forced_schema(r.tools, fn, parallel), "tool_choice"});
         }
     }
 
@@ -265,8 +285,8 @@ OutputRequest parse_output_request(const Value& body, bool chat, const ChatForma
     if ((kwargs && !kwargs->ObjectEmpty()) || effort) {
         if (chat_template.empty())
             bad(kwargs ? "chat_template_kwargs" : "reasoning_effort",
-                "this model has no chat template, so '" + std::string(kwargs ? "chat_template_kwargs" : "reasoning_effort") +
-                    "' cannot be used");
+                "this model has no chat template, so '" +
+                    std::string(kwargs ? "chat_template_kwargs" : "reasoning_effort") + "' cannot be used");
         r.template_kwargs.SetObject();
         auto& a = r.template_kwargs.GetAllocator();
         if (kwargs)
@@ -274,7 +294,8 @@ OutputRequest parse_output_request(const Value& body, bool chat, const ChatForma
                 const std::string k = m->name.GetString();
                 for (const char* fixed : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
                     if (k == fixed)
-                        bad("chat_template_kwargs", "'chat_template_kwargs." + k + "' cannot replace the template's '" + k + "'");
+                        bad("chat_template_kwargs",
+                            "'chat_template_kwargs." + k + "' cannot replace the template's '" + k + "'");
                 if (!template_reads(chat_template, k))
                     bad("chat_template_kwargs", "this model's chat template does not read '" + k +
                                                     "', so 'chat_template_kwargs." + k + "' would change nothing");
@@ -283,9 +304,11 @@ OutputRequest parse_output_request(const Value& body, bool chat, const ChatForma
         if (effort) {
             const std::string e = effort->IsString() ? effort->GetString() : "";
             if (e != "none" && e != "minimal" && e != "low" && e != "medium" && e != "high")
-                bad("reasoning_effort", "'reasoning_effort' must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\"");
+                bad("reasoning_effort",
+                    "'reasoning_effort' must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\"");
             if (!template_reads(chat_template, "reasoning_effort"))
-                bad("reasoning_effort", "this model's chat template does not read reasoning_effort, so it would change nothing");
+                bad("reasoning_effort",
+                    "this model's chat template does not read reasoning_effort, so it would change nothing");
             auto it = r.template_kwargs.FindMember("reasoning_effort");
             if (it != r.template_kwargs.MemberEnd() && !(it->value == *effort))
                 bad("reasoning_effort", "'reasoning_effort' and 'chat_template_kwargs.reasoning_effort' differ");
@@ -307,7 +330,8 @@ rapidjson::Document messages_for_template(const Value& messages) {
         const std::string r = role && role->IsString() ? role->GetString() : "";
         if (r == "tool") {
             const Value* id = field(m, "tool_call_id");
-            if (!id || !id->IsString()) bad(where + ".tool_call_id", where + ".tool_call_id must be a string (the call it answers)");
+            if (!id || !id->IsString())
+                bad(where + ".tool_call_id", where + ".tool_call_id must be a string (the call it answers)");
         }
         auto tc = m.FindMember("tool_calls");
         if (tc == m.MemberEnd() || tc->value.IsNull()) continue;
@@ -317,11 +341,14 @@ rapidjson::Document messages_for_template(const Value& messages) {
             Value& call = tc->value[j];
             const std::string cw = where + ".tool_calls[" + std::to_string(j) + "]";
             if (!call.IsObject()) bad(cw, cw + " must be an object");
-            if (const Value* type = field(call, "type"); type && (!type->IsString() || std::string_view(type->GetString()) != "function"))
+            if (const Value* type = field(call, "type");
+                type && (!type->IsString() || std::string_view(type->GetString()) != "function"))
                 bad(cw + ".type", cw + ".type must be \"function\"");
-            if (const Value* id = field(call, "id"); id && !id->IsString()) bad(cw + ".id", cw + ".id must be a string");
+            if (const Value* id = field(call, "id"); id && !id->IsString())
+                bad(cw + ".id", cw + ".id must be a string");
             auto fn = call.FindMember("function");
-            if (fn == call.MemberEnd() || !fn->value.IsObject()) bad(cw + ".function", cw + ".function must be an object");
+            if (fn == call.MemberEnd() || !fn->value.IsObject())
+                bad(cw + ".function", cw + ".function must be an object");
             const Value* name = field(fn->value, "name");
             if (!name || !name->IsString()) bad(cw + ".function.name", cw + ".function.name must be a string");
             auto args = fn->value.FindMember("arguments");

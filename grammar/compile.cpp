@@ -101,32 +101,33 @@ Grammar compile_tagged_json(std::string_view begin, std::string_view schema_json
 
 Grammar compile(const Constraint& c, const JsonOptions& opts) {
     switch (c.kind) {
-    case Constraint::Kind::JsonObject: return compile_json_object(opts);
-    case Constraint::Kind::JsonSchema: return compile_json_schema(c.text, opts);
-    case Constraint::Kind::Regex: return compile_regex(c.text);
-    case Constraint::Kind::Choice: return compile_choice(c.choices);
-    case Constraint::Kind::TaggedJson: return compile_tagged_json(c.begin, c.text, c.end, c.repeat, c.separator, opts);
+        case Constraint::Kind::JsonObject: return compile_json_object(opts);
+        case Constraint::Kind::JsonSchema: return compile_json_schema(c.text, opts);
+        case Constraint::Kind::Regex: return compile_regex(c.text);
+        case Constraint::Kind::Choice: return compile_choice(c.choices);
+        case Constraint::Kind::TaggedJson:
+            return compile_tagged_json(c.begin, c.text, c.end, c.repeat, c.separator, opts);
     }
     throw GrammarError("unknown constraint kind");
 }
 
 std::string Constraint::to_text() const {
     switch (kind) {
-    case Kind::JsonObject: return "json_object";
-    case Kind::JsonSchema: return "json_schema:" + percent_encode(text);
-    case Kind::Regex: return "regex:" + percent_encode(text);
-    case Kind::Choice: {
-        std::string arr = "[";
-        for (size_t k = 0; k < choices.size(); ++k) {
-            if (k) arr += ',';
-            arr += json::quote(choices[k]);
+        case Kind::JsonObject: return "json_object";
+        case Kind::JsonSchema: return "json_schema:" + percent_encode(text);
+        case Kind::Regex: return "regex:" + percent_encode(text);
+        case Kind::Choice: {
+            std::string arr = "[";
+            for (size_t k = 0; k < choices.size(); ++k) {
+                if (k) arr += ',';
+                arr += json::quote(choices[k]);
+            }
+            return "choice:" + percent_encode(arr + "]");
         }
-        return "choice:" + percent_encode(arr + "]");
-    }
-    case Kind::TaggedJson:
-        return "tagged_json:" + percent_encode("{\"begin\":" + json::quote(begin) + ",\"end\":" + json::quote(end) +
-                                               ",\"separator\":" + json::quote(separator) + ",\"repeat\":" +
-                                               (repeat ? "true" : "false") + ",\"schema\":" + text + "}");
+        case Kind::TaggedJson:
+            return "tagged_json:" + percent_encode("{\"begin\":" + json::quote(begin) + ",\"end\":" + json::quote(end) +
+                                                   ",\"separator\":" + json::quote(separator) + ",\"repeat\":" +
+                                                   (repeat ? "true" : "false") + ",\"schema\":" + text + "}");
     }
     return "";
 }
@@ -163,7 +164,9 @@ Constraint Constraint::from_source(std::string_view kind, std::string_view sourc
             const std::string_view k(m->name.GetString(), m->name.GetStringLength());
             const auto& v = m->value;
             if ((k == "begin" || k == "end" || k == "separator") && v.IsString()) {
-                (k == "begin" ? c.begin : k == "end" ? c.end : c.separator) = std::string(v.GetString(), v.GetStringLength());
+                (k == "begin" ? c.begin
+                 : k == "end" ? c.end
+                              : c.separator) = std::string(v.GetString(), v.GetStringLength());
             } else if (k == "repeat" && v.IsBool()) {
                 c.repeat = v.GetBool();
             } else if (k == "schema" && (v.IsObject() || v.IsBool())) {

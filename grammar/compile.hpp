@@ -36,17 +36,17 @@ Grammar compile_choice(const std::vector<std::string>& choices);
 /// one or more such items joined by `separator`, else exactly one. The shape of a model's tool
 /// calls in its template family's syntax (Hermes: `<tool_call>\n{...}\n</tool_call>`).
 /// Throws SchemaError as compile_json_schema, GrammarError for tags that are not UTF-8.
-Grammar compile_tagged_json(std::string_view begin, std::string_view schema_json, std::string_view end,
-                            bool repeat, std::string_view separator, const JsonOptions& opts = {});
+Grammar compile_tagged_json(std::string_view begin, std::string_view schema_json, std::string_view end, bool repeat,
+                            std::string_view separator, const JsonOptions& opts = {});
 
 /// A constraint as the gateway states it.
 struct Constraint {
     enum class Kind { JsonObject, JsonSchema, Regex, Choice, TaggedJson };
     Kind kind = Kind::JsonObject;
-    std::string text;                  ///< the schema JSON or the regex
-    std::vector<std::string> choices;  ///< Choice
-    std::string begin, end, separator; ///< TaggedJson (text is the schema)
-    bool repeat = false;               ///< TaggedJson
+    std::string text;                   ///< the schema JSON or the regex
+    std::vector<std::string> choices;   ///< Choice
+    std::string begin, end, separator;  ///< TaggedJson (text is the schema)
+    bool repeat = false;                ///< TaggedJson
 
     /// The line-safe form (see the file comment). Throws GrammarError for a choice that is
     /// not valid UTF-8.

@@ -44,68 +44,68 @@ void print(std::string& out, const Expr& e, const Rules& rules, int prec, int de
         return;
     }
     switch (e.kind) {
-    case ExprKind::Empty: out += "\"\""; return;
-    case ExprKind::Nothing: out += "[]"; return;
-    case ExprKind::Literal: {
-        out += '"';
-        size_t pos = 0;
-        uint32_t cp;
-        while (pos < e.text.size()) {
-            if (next_utf8(e.text, pos, cp)) {
-                print_cp(out, cp, false);
-            } else {
-                char buf[8];
-                std::snprintf(buf, sizeof buf, "\\x%02X", static_cast<uint8_t>(e.text[pos++]));
-                out += buf;
+        case ExprKind::Empty: out += "\"\""; return;
+        case ExprKind::Nothing: out += "[]"; return;
+        case ExprKind::Literal: {
+            out += '"';
+            size_t pos = 0;
+            uint32_t cp;
+            while (pos < e.text.size()) {
+                if (next_utf8(e.text, pos, cp)) {
+                    print_cp(out, cp, false);
+                } else {
+                    char buf[8];
+                    std::snprintf(buf, sizeof buf, "\\x%02X", static_cast<uint8_t>(e.text[pos++]));
+                    out += buf;
+                }
             }
-        }
-        out += '"';
-        return;
-    }
-    case ExprKind::Chars: {
-        const auto& rs = e.chars.ranges();
-        if (rs.size() == 1 && rs[0].first == 0 && rs[0].second == kMaxCodePoint) {
-            out += '.';
+            out += '"';
             return;
         }
-        out += '[';
-        for (auto [lo, hi] : rs) {
-            print_cp(out, lo, true);
-            if (hi != lo) {
-                if (hi != lo + 1) out += '-';
-                print_cp(out, hi, true);
+        case ExprKind::Chars: {
+            const auto& rs = e.chars.ranges();
+            if (rs.size() == 1 && rs[0].first == 0 && rs[0].second == kMaxCodePoint) {
+                out += '.';
+                return;
             }
+            out += '[';
+            for (auto [lo, hi] : rs) {
+                print_cp(out, lo, true);
+                if (hi != lo) {
+                    if (hi != lo + 1) out += '-';
+                    print_cp(out, hi, true);
+                }
+            }
+            out += ']';
+            return;
         }
-        out += ']';
-        return;
-    }
-    case ExprKind::Seq:
-        if (prec > 1) out += '(';
-        for (size_t k = 0; k < e.items.size(); ++k) {
-            if (k) out += ' ';
-            print(out, *e.items[k], rules, 2, depth + 1);
-        }
-        if (prec > 1) out += ')';
-        return;
-    case ExprKind::Alt:
-        if (prec > 0) out += '(';
-        for (size_t k = 0; k < e.items.size(); ++k) {
-            if (k) out += " | ";
-            print(out, *e.items[k], rules, 1, depth + 1);
-        }
-        if (prec > 0) out += ')';
-        return;
-    case ExprKind::Repeat:
-        print(out, *e.items[0], rules, 3, depth + 1);
-        if (e.min == 0 && e.max == 1) out += '?';
-        else if (e.min == 0 && e.max == kUnbounded) out += '*';
-        else if (e.min == 1 && e.max == kUnbounded) out += '+';
-        else if (e.max == kUnbounded) out += '{' + std::to_string(e.min) + ",}";
-        else if (e.min == e.max) out += '{' + std::to_string(e.min) + '}';
-        else out += '{' + std::to_string(e.min) + ',' + std::to_string(e.max) + '}';
-        return;
-    case ExprKind::Ref: out += rules.name(e.rule); return;
-    case ExprKind::Dfa: out += "<dfa:" + std::to_string(e.dfa->n_states) + '>'; return;
+        case ExprKind::Seq:
+            if (prec > 1) out += '(';
+            for (size_t k = 0; k < e.items.size(); ++k) {
+                if (k) out += ' ';
+                print(out, *e.items[k], rules, 2, depth + 1);
+            }
+            if (prec > 1) out += ')';
+            return;
+        case ExprKind::Alt:
+            if (prec > 0) out += '(';
+            for (size_t k = 0; k < e.items.size(); ++k) {
+                if (k) out += " | ";
+                print(out, *e.items[k], rules, 1, depth + 1);
+            }
+            if (prec > 0) out += ')';
+            return;
+        case ExprKind::Repeat:
+            print(out, *e.items[0], rules, 3, depth + 1);
+            if (e.min == 0 && e.max == 1) out += '?';
+            else if (e.min == 0 && e.max == kUnbounded) out += '*';
+            else if (e.min == 1 && e.max == kUnbounded) out += '+';
+            else if (e.max == kUnbounded) out += '{' + std::to_string(e.min) + ",}";
+            else if (e.min == e.max) out += '{' + std::to_string(e.min) + '}';
+            else out += '{' + std::to_string(e.min) + ',' + std::to_string(e.max) + '}';
+            return;
+        case ExprKind::Ref: out += rules.name(e.rule); return;
+        case ExprKind::Dfa: out += "<dfa:" + std::to_string(e.dfa->n_states) + '>'; return;
     }
 }
 
@@ -164,7 +164,8 @@ ExprPtr alt(std::vector<ExprPtr> items) {
     std::vector<ExprPtr> flat;
     for (auto& it : items) {
         if (it->kind == ExprKind::Nothing) continue;
-        if (it->kind == ExprKind::Alt && it->items.size() <= kFlattenMax) flat.insert(flat.end(), it->items.begin(), it->items.end());
+        if (it->kind == ExprKind::Alt && it->items.size() <= kFlattenMax)
+            flat.insert(flat.end(), it->items.begin(), it->items.end());
         else flat.push_back(it);
     }
     if (flat.empty()) return nothing();
@@ -176,8 +177,8 @@ ExprPtr alt(std::vector<ExprPtr> items) {
 }
 
 ExprPtr repeat(ExprPtr item, uint32_t min, uint32_t max) {
-    if (min > max) throw GrammarError("repetition {" + std::to_string(min) + "," + std::to_string(max) +
-                                      "} has min > max");
+    if (min > max)
+        throw GrammarError("repetition {" + std::to_string(min) + "," + std::to_string(max) + "} has min > max");
     if (max == 0 || item->kind == ExprKind::Empty) return empty();
     if (item->kind == ExprKind::Nothing) return min == 0 ? empty() : nothing();
     if (min == 1 && max == 1) return item;

@@ -52,11 +52,11 @@ using ExprPtr = std::shared_ptr<const Expr>;
 
 struct Expr {
     ExprKind kind = ExprKind::Empty;
-    std::string text;              ///< Literal
-    CharSet chars;                 ///< Chars
-    std::vector<ExprPtr> items;    ///< Seq, Alt; Repeat: one item
-    uint32_t min = 0, max = 0;     ///< Repeat
-    int32_t rule = -1;             ///< Ref
+    std::string text;                    ///< Literal
+    CharSet chars;                       ///< Chars
+    std::vector<ExprPtr> items;          ///< Seq, Alt; Repeat: one item
+    uint32_t min = 0, max = 0;           ///< Repeat
+    int32_t rule = -1;                   ///< Ref
     std::shared_ptr<const ByteDfa> dfa;  ///< Dfa
 };
 

@@ -16,11 +16,12 @@ using detail::RawDfa;
 
 // Live states can still reach acceptance of their rule (through calls of productive rules);
 // a rule is productive when its start state is live. Worklist over reverse edges.
-void find_live(const std::vector<RawDfa>& d, std::vector<std::vector<uint8_t>>& live, std::vector<uint8_t>& productive) {
+void find_live(const std::vector<RawDfa>& d, std::vector<std::vector<uint8_t>>& live,
+               std::vector<uint8_t>& productive) {
     const size_t nr = d.size();
     live.assign(nr, {});
     productive.assign(nr, 0);
-    std::vector<std::vector<std::vector<int32_t>>> rev(nr);                        // byte edges reversed
+    std::vector<std::vector<std::vector<int32_t>>> rev(nr);                         // byte edges reversed
     std::vector<std::vector<std::vector<std::pair<int32_t, int32_t>>>> by_ret(nr);  // (state, callee) by ret
     std::vector<std::vector<std::array<int32_t, 3>>> by_callee(nr);                 // (rule, state, ret)
     std::vector<std::pair<int32_t, int32_t>> work;
@@ -124,7 +125,8 @@ std::vector<RawDfa> trim(const std::vector<RawDfa>& d, std::vector<std::string>&
             y.calls.emplace_back();
             for (const Call& c : x.calls[static_cast<size_t>(s)])
                 if (productive[static_cast<size_t>(c.rule)] && live[ru][static_cast<size_t>(c.ret)])
-                    y.calls.back().push_back({rule_id[static_cast<size_t>(c.rule)], state_id[ru][static_cast<size_t>(c.ret)]});
+                    y.calls.back().push_back(
+                        {rule_id[static_cast<size_t>(c.rule)], state_id[ru][static_cast<size_t>(c.ret)]});
         }
         out.push_back(std::move(y));
         out_names.push_back(names[ru]);
@@ -183,7 +185,8 @@ RawDfa merge_states(const RawDfa& x) {
     std::vector<int32_t> id(static_cast<size_t>(n_cls), -1), rep;
     std::vector<int32_t> first(static_cast<size_t>(n_cls), -1);
     for (int32_t s = 0; s < x.n_states; ++s)
-        if (first[static_cast<size_t>(cls[static_cast<size_t>(s)])] < 0) first[static_cast<size_t>(cls[static_cast<size_t>(s)])] = s;
+        if (first[static_cast<size_t>(cls[static_cast<size_t>(s)])] < 0)
+            first[static_cast<size_t>(cls[static_cast<size_t>(s)])] = s;
     id[static_cast<size_t>(cls[0])] = 0;
     rep.push_back(0);
     for (size_t q = 0; q < rep.size(); ++q) {
@@ -216,7 +219,8 @@ RawDfa merge_states(const RawDfa& x) {
         col_id[static_cast<size_t>(c)] = it->second;
     }
     y.n_classes = static_cast<int32_t>(col_index.size());
-    for (int b = 0; b < 256; ++b) y.byte_class[static_cast<size_t>(b)] = static_cast<uint8_t>(col_id[x.byte_class[static_cast<size_t>(b)]]);
+    for (int b = 0; b < 256; ++b)
+        y.byte_class[static_cast<size_t>(b)] = static_cast<uint8_t>(col_id[x.byte_class[static_cast<size_t>(b)]]);
     y.next.assign(static_cast<size_t>(y.n_states) * static_cast<size_t>(y.n_classes), -1);
     for (int32_t k = 0; k < y.n_states; ++k) {
         const int32_t s = rep[static_cast<size_t>(k)];
@@ -269,7 +273,9 @@ void check_left_recursion(const std::vector<RuleDfa>& rules) {
                 continue;
             }
             const auto t = static_cast<size_t>(left[r][k++]);
-            if (color[t] == 1) throw GrammarError("rule '" + rules[t].name + "' is left-recursive (it can reach itself before any text)");
+            if (color[t] == 1)
+                throw GrammarError("rule '" + rules[t].name +
+                                   "' is left-recursive (it can reach itself before any text)");
             if (color[t] == 0) {
                 color[t] = 1;
                 path.emplace_back(t, 0);
@@ -315,8 +321,10 @@ Grammar Grammar::from_rules(const Rules& rules, const GrammarLimits& limits) {
         for (auto& y : data->rules)
             for (int32_t s = 0; s < y.n_states; ++s) {
                 if (y.can_end[static_cast<size_t>(s)]) continue;
-                for (uint32_t k = y.call_begin[static_cast<size_t>(s)]; k < y.call_begin[static_cast<size_t>(s) + 1]; ++k)
-                    if (data->rules[static_cast<size_t>(y.calls[k].rule)].can_end[0] && y.can_end[static_cast<size_t>(y.calls[k].ret)]) {
+                for (uint32_t k = y.call_begin[static_cast<size_t>(s)]; k < y.call_begin[static_cast<size_t>(s) + 1];
+                     ++k)
+                    if (data->rules[static_cast<size_t>(y.calls[k].rule)].can_end[0] &&
+                        y.can_end[static_cast<size_t>(y.calls[k].ret)]) {
                         y.can_end[static_cast<size_t>(s)] = 1;
                         changed = true;
                         break;

@@ -42,10 +42,10 @@ struct RuleDfa {
     int32_t n_classes = 0;
     std::array<uint8_t, 256> byte_class{};
     std::vector<int32_t> next;
-    std::vector<uint8_t> accept;      ///< the rule may end here
-    std::vector<uint8_t> can_end;     ///< accept, or accept after calls that match ""
-    std::vector<uint8_t> has_out;     ///< some byte or call edge leaves the state
-    std::vector<uint32_t> call_begin; ///< calls of state s: calls[call_begin[s] .. call_begin[s+1])
+    std::vector<uint8_t> accept;       ///< the rule may end here
+    std::vector<uint8_t> can_end;      ///< accept, or accept after calls that match ""
+    std::vector<uint8_t> has_out;      ///< some byte or call edge leaves the state
+    std::vector<uint32_t> call_begin;  ///< calls of state s: calls[call_begin[s] .. call_begin[s+1])
     std::vector<Call> calls;
 
     int32_t step(int32_t s, uint8_t b) const {

@@ -144,68 +144,68 @@ private:
 
     int32_t build_new(const Expr& e, int32_t exit) {
         switch (e.kind) {
-        case ExprKind::Empty: return exit;
-        case ExprKind::Nothing: return add();
-        case ExprKind::Literal: {
-            int32_t cur = exit;
-            for (size_t k = e.text.size(); k-- > 0;) {
-                const auto b = static_cast<uint8_t>(e.text[k]);
-                cur = edge_to(b, b, cur);
-            }
-            return cur;
-        }
-        case ExprKind::Chars: return build_chars(e.chars, exit);
-        case ExprKind::Seq: return build_seq(e, exit);
-        case ExprKind::Alt: return build_alt(e, exit);
-        case ExprKind::Repeat: {
-            const ExprPtr& item = e.items[0];
-            int32_t cur = exit;
-            if (e.max == kUnbounded) {
-                const int32_t loop = add();
-                states[static_cast<size_t>(loop)].eps.push_back(exit);
-                const int32_t body = build(item, loop);
-                states[static_cast<size_t>(loop)].eps.push_back(body);
-                cur = loop;
-            } else {
-                for (uint32_t k = e.min; k < e.max; ++k) {
-                    const int32_t s = add();
-                    states[static_cast<size_t>(s)].eps.push_back(exit);
-                    const int32_t body = build(item, cur);
-                    states[static_cast<size_t>(s)].eps.push_back(body);
-                    cur = s;
+            case ExprKind::Empty: return exit;
+            case ExprKind::Nothing: return add();
+            case ExprKind::Literal: {
+                int32_t cur = exit;
+                for (size_t k = e.text.size(); k-- > 0;) {
+                    const auto b = static_cast<uint8_t>(e.text[k]);
+                    cur = edge_to(b, b, cur);
                 }
+                return cur;
             }
-            for (uint32_t k = 0; k < e.min; ++k) cur = build(item, cur);
-            return cur;
-        }
-        case ExprKind::Ref: {
-            const int32_t k = kept_index_[static_cast<size_t>(e.rule)];
-            if (k < 0) return build(rules_.body(e.rule), exit);
-            const int32_t s = add();
-            states[static_cast<size_t>(s)].calls.push_back({k, exit});
-            return s;
-        }
-        case ExprKind::Dfa: {
-            const ByteDfa& d = *e.dfa;
-            const auto base = static_cast<int32_t>(states.size());
-            for (int32_t s = 0; s < d.n_states; ++s) add();
-            for (int32_t s = 0; s < d.n_states; ++s) {
-                auto& st = states[static_cast<size_t>(base + s)];
-                const int32_t* nx = d.next.data() + static_cast<size_t>(s) * 256;
-                for (int b = 0; b < 256;) {
-                    if (nx[b] < 0) {
-                        ++b;
-                        continue;
+            case ExprKind::Chars: return build_chars(e.chars, exit);
+            case ExprKind::Seq: return build_seq(e, exit);
+            case ExprKind::Alt: return build_alt(e, exit);
+            case ExprKind::Repeat: {
+                const ExprPtr& item = e.items[0];
+                int32_t cur = exit;
+                if (e.max == kUnbounded) {
+                    const int32_t loop = add();
+                    states[static_cast<size_t>(loop)].eps.push_back(exit);
+                    const int32_t body = build(item, loop);
+                    states[static_cast<size_t>(loop)].eps.push_back(body);
+                    cur = loop;
+                } else {
+                    for (uint32_t k = e.min; k < e.max; ++k) {
+                        const int32_t s = add();
+                        states[static_cast<size_t>(s)].eps.push_back(exit);
+                        const int32_t body = build(item, cur);
+                        states[static_cast<size_t>(s)].eps.push_back(body);
+                        cur = s;
                     }
-                    int hi = b;
-                    while (hi + 1 < 256 && nx[hi + 1] == nx[b]) ++hi;
-                    st.bytes.push_back({static_cast<uint8_t>(b), static_cast<uint8_t>(hi), base + nx[b]});
-                    b = hi + 1;
                 }
-                if (d.accept[static_cast<size_t>(s)]) st.eps.push_back(exit);
+                for (uint32_t k = 0; k < e.min; ++k) cur = build(item, cur);
+                return cur;
             }
-            return base;
-        }
+            case ExprKind::Ref: {
+                const int32_t k = kept_index_[static_cast<size_t>(e.rule)];
+                if (k < 0) return build(rules_.body(e.rule), exit);
+                const int32_t s = add();
+                states[static_cast<size_t>(s)].calls.push_back({k, exit});
+                return s;
+            }
+            case ExprKind::Dfa: {
+                const ByteDfa& d = *e.dfa;
+                const auto base = static_cast<int32_t>(states.size());
+                for (int32_t s = 0; s < d.n_states; ++s) add();
+                for (int32_t s = 0; s < d.n_states; ++s) {
+                    auto& st = states[static_cast<size_t>(base + s)];
+                    const int32_t* nx = d.next.data() + static_cast<size_t>(s) * 256;
+                    for (int b = 0; b < 256;) {
+                        if (nx[b] < 0) {
+                            ++b;
+                            continue;
+                        }
+                        int hi = b;
+                        while (hi + 1 < 256 && nx[hi + 1] == nx[b]) ++hi;
+                        st.bytes.push_back({static_cast<uint8_t>(b), static_cast<uint8_t>(hi), base + nx[b]});
+                        b = hi + 1;
+                    }
+                    if (d.accept[static_cast<size_t>(s)]) st.eps.push_back(exit);
+                }
+                return base;
+            }
         }
         return add();
     }
@@ -348,12 +348,14 @@ RawDfa determinize(const NfaBuilder& nfa, int32_t start, int32_t final_state, si
         for (int32_t s : sets[k]) {
             if (s == final_state) accept = true;
             for (const auto& e : st[static_cast<size_t>(s)].bytes)
-                for (int c = d.byte_class[e.lo]; c <= d.byte_class[e.hi]; ++c) targets[static_cast<size_t>(c)].push_back(e.to);
+                for (int c = d.byte_class[e.lo]; c <= d.byte_class[e.hi]; ++c)
+                    targets[static_cast<size_t>(c)].push_back(e.to);
             for (const Call& c : st[static_cast<size_t>(s)].calls) calls[c.rule].push_back(c.ret);
         }
         std::vector<int32_t> row(static_cast<size_t>(d.n_classes), -1);
         for (int c = 0; c < d.n_classes; ++c)
-            if (!targets[static_cast<size_t>(c)].empty()) row[static_cast<size_t>(c)] = intern(targets[static_cast<size_t>(c)]);
+            if (!targets[static_cast<size_t>(c)].empty())
+                row[static_cast<size_t>(c)] = intern(targets[static_cast<size_t>(c)]);
         d.next.insert(d.next.end(), row.begin(), row.end());
         d.accept.push_back(accept ? 1 : 0);
         d.calls.emplace_back();

@@ -15,9 +15,9 @@ struct RawDfa {
     int32_t n_states = 0;
     int32_t n_classes = 0;
     std::array<uint8_t, 256> byte_class{};
-    std::vector<int32_t> next;               // n_states * n_classes, -1 none
+    std::vector<int32_t> next;  // n_states * n_classes, -1 none
     std::vector<uint8_t> accept;
-    std::vector<std::vector<Call>> calls;    // per state; callee = index into the result
+    std::vector<std::vector<Call>> calls;  // per state; callee = index into the result
 };
 
 /// Chooses the rules that stay rules (the root, and one rule per cycle of references),

@@ -27,13 +27,14 @@ constexpr int kMaxDepth = 128;
 constexpr size_t kMaxExcludedKey = 256;
 constexpr size_t kMaxOptionalRun = 256;
 
-const std::set<std::string_view> kAnnotations = {
-    "title", "description", "default", "examples", "$comment", "$schema", "$id", "$anchor",
-    "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
+const std::set<std::string_view> kAnnotations = {"title",     "description", "default",    "examples",   "$comment",
+                                                 "$schema",   "$id",         "$anchor",    "deprecated", "readOnly",
+                                                 "writeOnly", "$defs",       "definitions"};
 const std::set<std::string_view> kObjectWords = {"properties", "required", "additionalProperties"};
 const std::set<std::string_view> kArrayWords = {"items", "prefixItems", "minItems", "maxItems"};
 const std::set<std::string_view> kStringWords = {"minLength", "maxLength", "pattern", "format"};
-const std::set<std::string_view> kNumberWords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
+const std::set<std::string_view> kNumberWords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                                 "multipleOf"};
 const std::set<std::string_view> kOtherWords = {"type", "enum", "const", "anyOf", "allOf", "$ref"};
 
 std::string_view sv(const Value& v) { return {v.GetString(), v.GetStringLength()}; }
@@ -145,7 +146,8 @@ private:
             const ExprPtr member = seq({string_, colon_, v});
             const ExprPtr object = seq({lit("{"), ws_, opt(seq({member, star(seq({sep_, member})), ws_})), lit("}")});
             const ExprPtr array = seq({lit("["), ws_, opt(seq({v, star(seq({sep_, v})), ws_})), lit("]")});
-            rules.define(value_rule_, alt({object, array, string_, number_expr({}), lit("true"), lit("false"), lit("null")}));
+            rules.define(value_rule_,
+                         alt({object, array, string_, number_expr({}), lit("true"), lit("false"), lit("null")}));
         }
         return ref(value_rule_);
     }
@@ -206,13 +208,16 @@ private:
         return alt(std::move(branches));
     }
 
-    std::vector<std::string> type_list(const Value& v, const std::string& ptr, const std::set<std::string_view>& words) {
-        static const std::set<std::string_view> kTypes = {"null", "boolean", "integer", "number", "string", "array", "object"};
+    std::vector<std::string> type_list(const Value& v, const std::string& ptr,
+                                       const std::set<std::string_view>& words) {
+        static const std::set<std::string_view> kTypes = {"null",   "boolean", "integer", "number",
+                                                          "string", "array",   "object"};
         std::vector<std::string> out;
         if (v.HasMember("type")) {
             const Value& t = v["type"];
             auto add = [&](const Value& x) {
-                if (!x.IsString() || !kTypes.count(sv(x))) fail(ptr, "type", "type must be one of null, boolean, integer, number, string, array, object");
+                if (!x.IsString() || !kTypes.count(sv(x)))
+                    fail(ptr, "type", "type must be one of null, boolean, integer, number, string, array, object");
                 out.emplace_back(sv(x));
             };
             if (t.IsArray()) {
@@ -266,7 +271,8 @@ private:
     ExprPtr reference(const Value& r, const std::string& ptr, int depth) {
         if (!r.IsString()) fail(ptr, "$ref", "$ref must be a string");
         const std::string target(sv(r));
-        if (target.empty() || target[0] != '#') fail(ptr, "$ref", "only references inside the schema ('#...') are supported");
+        if (target.empty() || target[0] != '#')
+            fail(ptr, "$ref", "only references inside the schema ('#...') are supported");
         if (auto it = ref_rule_.find(target); it != ref_rule_.end()) return ref(it->second);
         // A URI fragment: percent-decode it, then read it as a JSON pointer (RFC 6901 6).
         std::string path;
@@ -292,7 +298,8 @@ private:
     static std::optional<uint32_t> count(const Value& v, const char* kw, const std::string& ptr) {
         if (!v.HasMember(kw)) return std::nullopt;
         const Value& n = v[kw];
-        if (!n.IsUint64() && !(n.IsDouble() && n.GetDouble() >= 0 && n.GetDouble() == static_cast<double>(static_cast<uint64_t>(n.GetDouble()))))
+        if (!n.IsUint64() && !(n.IsDouble() && n.GetDouble() >= 0 &&
+                               n.GetDouble() == static_cast<double>(static_cast<uint64_t>(n.GetDouble()))))
             fail(ptr, kw, std::string(kw) + " must be a non-negative integer");
         const uint64_t x = n.IsUint64() ? n.GetUint64() : static_cast<uint64_t>(n.GetDouble());
         if (x > 10000) fail(ptr, kw, std::string(kw) + " above 10000 is not supported");
@@ -331,9 +338,7 @@ private:
         }
         try {
             return number_expr(c);
-        } catch (const SchemaError&) {
-            throw;
-        } catch (const GrammarError& e) {
+        } catch (const SchemaError&) { throw; } catch (const GrammarError& e) {
             fail(ptr, c.multiple_of ? "multipleOf" : "minimum", e.what());
         }
     }
@@ -359,9 +364,11 @@ private:
 
     ExprPtr string(const Value& v, const std::string& ptr) {
         const bool has_len = v.HasMember("minLength") || v.HasMember("maxLength");
-        if (v.HasMember("format") && v.HasMember("pattern")) fail(ptr, "pattern", "pattern together with format is not supported");
+        if (v.HasMember("format") && v.HasMember("pattern"))
+            fail(ptr, "pattern", "pattern together with format is not supported");
         if (has_len && (v.HasMember("format") || v.HasMember("pattern")))
-            fail(ptr, v.HasMember("minLength") ? "minLength" : "maxLength", "string length bounds together with pattern or format are not supported");
+            fail(ptr, v.HasMember("minLength") ? "minLength" : "maxLength",
+                 "string length bounds together with pattern or format are not supported");
         ExprPtr content;
         if (v.HasMember("format")) {
             const Value& f = v["format"];
@@ -374,9 +381,7 @@ private:
             if (!p.IsString()) fail(ptr, "pattern", "pattern must be a string");
             try {
                 content = json::as_content(parse_regex(sv(p), RegexMatch::Search));
-            } catch (const GrammarError& e) {
-                fail(ptr, "pattern", e.what());
-            }
+            } catch (const GrammarError& e) { fail(ptr, "pattern", e.what()); }
         } else {
             const uint32_t lo = count(v, "minLength", ptr).value_or(0);
             const uint32_t hi = count(v, "maxLength", ptr).value_or(kUnbounded);
@@ -397,7 +402,8 @@ private:
         ExprPtr rest = any_value();
         if (v.HasMember("items")) {
             const Value& it = v["items"];
-            if (it.IsArray()) fail(ptr, "items", "items as an array (draft 4 tuples) is not supported; use prefixItems");
+            if (it.IsArray())
+                fail(ptr, "items", "items as an array (draft 4 tuples) is not supported; use prefixItems");
             rest = (it.IsBool() && !it.GetBool()) ? nullptr : schema(it, ptr + "/items", depth + 1);
         }
         const uint32_t lo = count(v, "minItems", ptr).value_or(0);
@@ -467,8 +473,10 @@ ExprPtr Compiler::object(const Value& v, const std::string& ptr, int depth) {
         fail(ptr, "additionalProperties", "additionalProperties must be a boolean or a schema");
     const bool closed = addl ? (addl->IsBool() && !addl->GetBool()) : v.HasMember("properties");
     if (!closed) {
-        const ExprPtr val = (addl && addl->IsObject()) ? schema(*addl, ptr + "/additionalProperties", depth + 1) : any_value();
-        const ExprPtr key = names.empty() ? seq({star(json::any_char()), lit("\"")}) : seq({key_not_in(names), lit("\"")});
+        const ExprPtr val =
+            (addl && addl->IsObject()) ? schema(*addl, ptr + "/additionalProperties", depth + 1) : any_value();
+        const ExprPtr key =
+            names.empty() ? seq({star(json::any_char()), lit("\"")}) : seq({key_not_in(names), lit("\"")});
         extra = seq({key, colon_, val});  // after its opening quote
     }
     // A run of k optional properties costs about k^2 automaton work (the set of members
@@ -477,8 +485,9 @@ ExprPtr Compiler::object(const Value& v, const std::string& ptr, int depth) {
     for (size_t i = 0; i < req.size(); ++i) {
         run = req[i] ? 0 : run + 1;
         if (run > kMaxOptionalRun)
-            fail(ptr, "required", "more than " + std::to_string(kMaxOptionalRun) +
-                                      " optional properties in a row are not supported (list some in required)");
+            fail(ptr, "required",
+                 "more than " + std::to_string(kMaxOptionalRun) +
+                     " optional properties in a row are not supported (list some in required)");
     }
     // Members in schema order, optional ones skippable, then any additional members.
     // choice[i]: the next member written is one of i, i+1, ... up to the first required
@@ -516,8 +525,8 @@ ExprPtr Compiler::key_not_in(const std::vector<std::string>& names) {
     for (const std::string& s : names) {
         if (s.size() > kMaxExcludedKey)
             throw SchemaError("", "additionalProperties",
-                              "additional properties next to a property name longer than " + std::to_string(kMaxExcludedKey) +
-                                  " bytes are not supported");
+                              "additional properties next to a property name longer than " +
+                                  std::to_string(kMaxExcludedKey) + " bytes are not supported");
         size_t node = 0, pos = 0;
         uint32_t cp;
         while (pos < s.size()) {
@@ -549,8 +558,9 @@ rapidjson::Document parse_schema(std::string_view text) {
     rapidjson::Document doc;
     doc.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(text.data(), text.size());
     if (doc.HasParseError())
-        throw SchemaError("", "", std::string("not valid JSON: ") + rapidjson::GetParseError_En(doc.GetParseError()) +
-                                      " at offset " + std::to_string(doc.GetErrorOffset()));
+        throw SchemaError("", "",
+                          std::string("not valid JSON: ") + rapidjson::GetParseError_En(doc.GetParseError()) +
+                              " at offset " + std::to_string(doc.GetErrorOffset()));
     return doc;
 }
 

@@ -14,18 +14,18 @@ CharSet special_set() { return CharSet({{0x00, 0x1F}, {'"', '"'}, {'\\', '\\'}})
 
 void escape_cp(std::string& out, uint32_t cp) {
     switch (cp) {
-    case '"': out += "\\\""; return;
-    case '\\': out += "\\\\"; return;
-    case '\b': out += "\\b"; return;
-    case '\f': out += "\\f"; return;
-    case '\n': out += "\\n"; return;
-    case '\r': out += "\\r"; return;
-    case '\t': out += "\\t"; return;
-    default: {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\u%04x", cp);
-        out += buf;
-    }
+        case '"': out += "\\\""; return;
+        case '\\': out += "\\\\"; return;
+        case '\b': out += "\\b"; return;
+        case '\f': out += "\\f"; return;
+        case '\n': out += "\\n"; return;
+        case '\r': out += "\\r"; return;
+        case '\t': out += "\\t"; return;
+        default: {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+            out += buf;
+        }
     }
 }
 
@@ -45,30 +45,30 @@ ExprPtr map_content(const ExprPtr& e, std::unordered_map<const Expr*, ExprPtr>& 
     if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
     ExprPtr out;
     switch (e->kind) {
-    case ExprKind::Empty:
-    case ExprKind::Nothing: out = e; break;
-    case ExprKind::Chars: out = content_chars(e->chars); break;
-    case ExprKind::Literal: {
-        std::vector<ExprPtr> parts;
-        size_t pos = 0;
-        uint32_t cp;
-        while (pos < e->text.size()) {
-            if (!next_utf8(e->text, pos, cp)) throw GrammarError("string content is not valid UTF-8");
-            parts.push_back(content_chars(CharSet::single(cp)));
+        case ExprKind::Empty:
+        case ExprKind::Nothing: out = e; break;
+        case ExprKind::Chars: out = content_chars(e->chars); break;
+        case ExprKind::Literal: {
+            std::vector<ExprPtr> parts;
+            size_t pos = 0;
+            uint32_t cp;
+            while (pos < e->text.size()) {
+                if (!next_utf8(e->text, pos, cp)) throw GrammarError("string content is not valid UTF-8");
+                parts.push_back(content_chars(CharSet::single(cp)));
+            }
+            out = seq(std::move(parts));
+            break;
         }
-        out = seq(std::move(parts));
-        break;
-    }
-    case ExprKind::Seq:
-    case ExprKind::Alt: {
-        std::vector<ExprPtr> items;
-        for (const auto& it : e->items) items.push_back(map_content(it, memo));
-        out = e->kind == ExprKind::Seq ? seq(std::move(items)) : alt(std::move(items));
-        break;
-    }
-    case ExprKind::Repeat: out = repeat(map_content(e->items[0], memo), e->min, e->max); break;
-    case ExprKind::Ref:
-    case ExprKind::Dfa: throw GrammarError("a rule or byte automaton cannot be string content");
+        case ExprKind::Seq:
+        case ExprKind::Alt: {
+            std::vector<ExprPtr> items;
+            for (const auto& it : e->items) items.push_back(map_content(it, memo));
+            out = e->kind == ExprKind::Seq ? seq(std::move(items)) : alt(std::move(items));
+            break;
+        }
+        case ExprKind::Repeat: out = repeat(map_content(e->items[0], memo), e->min, e->max); break;
+        case ExprKind::Ref:
+        case ExprKind::Dfa: throw GrammarError("a rule or byte automaton cannot be string content");
     }
     memo.emplace(e.get(), out);
     return out;
@@ -81,7 +81,8 @@ constexpr const char* kDate =
     "(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|02-(?:0[1-9]|1\\d|2[0-8]))"
     "|(?:\\d\\d(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)";
 // RFC 3339 full-time: a fraction of at most 9 digits, an offset always; no leap second.
-constexpr const char* kTime = "(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d{1,9})?(?:Z|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)";
+constexpr const char* kTime =
+    "(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d{1,9})?(?:Z|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)";
 // RFC 3339 appendix A duration.
 constexpr const char* kDuration =
     "P(?:(?:\\d+D|\\d+M(?:\\d+D)?|\\d+Y(?:\\d+M(?:\\d+D)?)?)(?:T(?:\\d+H(?:\\d+M(?:\\d+S)?)?|\\d+M(?:\\d+S)?|\\d+S))?"
@@ -132,8 +133,14 @@ ExprPtr any_char() {
                                  seq({chars(CharSet({{'E', 'F'}, {'e', 'f'}})), hex, hex, hex})});
         const ExprPtr pair = seq({d, chars(CharSet({{'8', '9'}, {'A', 'B'}, {'a', 'b'}})), hex, hex, lit("\\u"), d,
                                   chars(CharSet({{'C', 'F'}, {'c', 'f'}})), hex, hex});
-        const ExprPtr esc = seq({lit("\\"), alt({chars(CharSet({{'"', '"'}, {'/', '/'}, {'\\', '\\'}, {'b', 'b'},
-                                                               {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}})),
+        const ExprPtr esc = seq({lit("\\"), alt({chars(CharSet({{'"', '"'},
+                                                                {'/', '/'},
+                                                                {'\\', '\\'},
+                                                                {'b', 'b'},
+                                                                {'f', 'f'},
+                                                                {'n', 'n'},
+                                                                {'r', 'r'},
+                                                                {'t', 't'}})),
                                                  seq({lit("u"), alt({bmp, pair})})})});
         return alt({chars(CharSet::all() - special_set()), esc});
     }();

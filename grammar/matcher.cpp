@@ -23,7 +23,8 @@ bool Matcher::step(std::string_view bytes, std::vector<int32_t>& out) {
         out.swap(tmp_);
         if (out.empty()) return false;
         if (out.size() > kMaxStacks)
-            throw GrammarError("the grammar is too ambiguous: more than " + std::to_string(kMaxStacks) + " parses at once");
+            throw GrammarError("the grammar is too ambiguous: more than " + std::to_string(kMaxStacks) +
+                               " parses at once");
     }
     return true;
 }
@@ -120,8 +121,8 @@ const std::vector<int32_t>& Matcher::uncertain_allowed(int32_t stack, const std:
     const int32_t mark = arena_.size();
     levels_[0].assign(1, stack);
     const std::string* last = nullptr;
-    size_t valid = 0;                  // levels_[0..valid] hold the prefixes of *last
-    size_t dead_at = SIZE_MAX;         // *last's prefix of this length has no parse
+    size_t valid = 0;           // levels_[0..valid] hold the prefixes of *last
+    size_t dead_at = SIZE_MAX;  // *last's prefix of this length has no parse
     for (int32_t id : uncertain) {
         const std::string& s = v.bytes(id);
         size_t lcp = 0;

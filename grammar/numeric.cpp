@@ -33,11 +33,11 @@ int cmp_int_final(int ilen, int prefix, const MagBound& b) {
 }
 
 struct State {
-    int8_t phase = 0;   // 0 no digit yet, 1 int part "0", 2 int digits, 3 after '.', 4 fraction digits
-    int16_t ilen = 0;   // integer digits (capped); "0" counts 0
-    int16_t flen = 0;   // fraction digits (capped)
+    int8_t phase = 0;       // 0 no digit yet, 1 int part "0", 2 int digits, 3 after '.', 4 fraction digits
+    int16_t ilen = 0;       // integer digits (capped); "0" counts 0
+    int16_t flen = 0;       // fraction digits (capped)
     int8_t cl = 0, cu = 0;  // comparison with lower/upper: prefix cmp in the int phase, then final
-    int8_t nz = 0;      // a nonzero digit was seen
+    int8_t nz = 0;          // a nonzero digit was seen
     int32_t mod = 0;
     auto key() const { return std::array<int64_t, 7>{phase, ilen, flen, cl, cu, nz, mod}; }
 };
@@ -68,21 +68,21 @@ public:
         if (d) t.nz = 1;
         if (a_ > 0) t.mod = static_cast<int32_t>((static_cast<uint64_t>(s.mod) * 10 + static_cast<uint64_t>(d)) % a_);
         switch (s.phase) {
-        case 0:
-            t.phase = d == 0 ? 1 : 2;
-            if (d) digit_int(t, 0, d);
-            return t;
-        case 1: return std::nullopt;  // no digits after a leading 0
-        case 2: digit_int(t, s.ilen, d); return t;
-        case 3:
-        case 4: {
-            if (a_ > 0 && s.flen >= k_) return std::nullopt;
-            t.phase = 4;
-            digit_frac(t.cl, s.flen, d, br_.lower);
-            digit_frac(t.cu, s.flen, d, br_.upper);
-            t.flen = static_cast<int16_t>(std::min(fcap_, s.flen + 1));
-            return t;
-        }
+            case 0:
+                t.phase = d == 0 ? 1 : 2;
+                if (d) digit_int(t, 0, d);
+                return t;
+            case 1: return std::nullopt;  // no digits after a leading 0
+            case 2: digit_int(t, s.ilen, d); return t;
+            case 3:
+            case 4: {
+                if (a_ > 0 && s.flen >= k_) return std::nullopt;
+                t.phase = 4;
+                digit_frac(t.cl, s.flen, d, br_.lower);
+                digit_frac(t.cu, s.flen, d, br_.upper);
+                t.flen = static_cast<int16_t>(std::min(fcap_, s.flen + 1));
+                return t;
+            }
         }
         return std::nullopt;
     }
@@ -192,7 +192,8 @@ ExprPtr plain_number(bool integer) {
     const ExprPtr frac = opt(seq({lit("."), plus(digit)}));
     // At most two exponent digits: a longer exponent leaves the range of a double, which
     // common JSON parsers refuse (RapidJSON) or turn into infinity.
-    const ExprPtr exp = opt(seq({chars(CharSet({{'E', 'E'}, {'e', 'e'}})), opt(chars(CharSet({{'+', '+'}, {'-', '-'}}))), repeat(digit, 1, 2)}));
+    const ExprPtr exp = opt(seq({chars(CharSet({{'E', 'E'}, {'e', 'e'}})),
+                                 opt(chars(CharSet({{'+', '+'}, {'-', '-'}}))), repeat(digit, 1, 2)}));
     return seq({opt(lit("-")), int_part, frac, exp});
 }
 
@@ -257,10 +258,10 @@ ExprPtr number_expr(const NumberConstraint& c) {
     neg.nonzero = true;
     if (c.min) {
         const Decimal& L = *c.min;
-        if (L.neg) neg.lower = mag(L, c.min_exclusive);      // -M >= L  <=>  M <= |L|
+        if (L.neg) neg.lower = mag(L, c.min_exclusive);  // -M >= L  <=>  M <= |L|
         else {
-            pos.lower = mag(L, c.min_exclusive);              // M >= L
-            neg.enabled = false;                              // a negative number is below L >= 0
+            pos.lower = mag(L, c.min_exclusive);  // M >= L
+            neg.enabled = false;                  // a negative number is below L >= 0
         }
         if (neg.lower.present) {  // for the negative branch `lower` caps M from above
             std::swap(neg.lower, neg.upper);
@@ -269,11 +270,11 @@ ExprPtr number_expr(const NumberConstraint& c) {
     if (c.max) {
         const Decimal& H = *c.max;
         if (H.neg) {
-            pos.enabled = false;                              // M >= 0 > H
-            MagBound b = mag(H, c.max_exclusive);             // -M <= H  <=>  M >= |H|
+            pos.enabled = false;                   // M >= 0 > H
+            MagBound b = mag(H, c.max_exclusive);  // -M <= H  <=>  M >= |H|
             neg.lower = b;
         } else {
-            pos.upper = mag(H, c.max_exclusive);              // M <= H
+            pos.upper = mag(H, c.max_exclusive);  // M <= H
             if (H.is_zero() && c.max_exclusive) pos.enabled = false;
         }
     }

@@ -28,10 +28,10 @@ struct Decimal {
 std::optional<Decimal> parse_decimal(std::string_view text);
 
 struct NumberConstraint {
-    bool integer = false;                      ///< JSON Schema "integer"
-    std::optional<Decimal> min, max;           ///< bounds
+    bool integer = false;             ///< JSON Schema "integer"
+    std::optional<Decimal> min, max;  ///< bounds
     bool min_exclusive = false, max_exclusive = false;
-    std::optional<Decimal> multiple_of;        ///< > 0
+    std::optional<Decimal> multiple_of;  ///< > 0
 };
 
 /// The JSON texts of the numbers satisfying `c`. Without bounds or multipleOf this is the

@@ -14,8 +14,16 @@ CharSet digit_set() { return CharSet::range('0', '9'); }
 CharSet word_set() { return CharSet({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}); }
 // ECMA-262 WhiteSpace (TAB VT FF SP NBSP ZWNBSP and category Zs) and LineTerminator.
 CharSet space_set() {
-    return CharSet({{0x09, 0x0D}, {0x20, 0x20}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-                    {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}});
+    return CharSet({{0x09, 0x0D},
+                    {0x20, 0x20},
+                    {0xA0, 0xA0},
+                    {0x1680, 0x1680},
+                    {0x2000, 0x200A},
+                    {0x2028, 0x2029},
+                    {0x202F, 0x202F},
+                    {0x205F, 0x205F},
+                    {0x3000, 0x3000},
+                    {0xFEFF, 0xFEFF}});
 }
 CharSet dot_set() { return CharSet::all() - CharSet({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}); }
 
@@ -133,39 +141,41 @@ private:
     ExprPtr atom() {
         const char c = peek();
         switch (c) {
-        case '(': {
-            ++pos_;
-            if (eat('?')) {
-                if (eat(':')) return group_body();
-                if (peek() == '=' || peek() == '!') fail("lookahead is not supported");
-                if (eat('P')) {
-                    if (peek() == '=') fail("named backreferences are not supported");
-                    if (!eat('<')) fail("bad group syntax");
-                } else if (eat('<')) {
-                    if (peek() == '=' || peek() == '!') fail("lookbehind is not supported");
-                } else {
-                    fail("inline flags and other (? groups are not supported");
+            case '(': {
+                ++pos_;
+                if (eat('?')) {
+                    if (eat(':')) return group_body();
+                    if (peek() == '=' || peek() == '!') fail("lookahead is not supported");
+                    if (eat('P')) {
+                        if (peek() == '=') fail("named backreferences are not supported");
+                        if (!eat('<')) fail("bad group syntax");
+                    } else if (eat('<')) {
+                        if (peek() == '=' || peek() == '!') fail("lookbehind is not supported");
+                    } else {
+                        fail("inline flags and other (? groups are not supported");
+                    }
+                    while (!at_end() && peek() != '>') {
+                        const char n = peek();
+                        if (!(std::isalnum(static_cast<unsigned char>(n)) || n == '_')) fail("bad group name");
+                        ++pos_;
+                    }
+                    if (!eat('>')) fail("bad group name");
                 }
-                while (!at_end() && peek() != '>') {
-                    const char n = peek();
-                    if (!(std::isalnum(static_cast<unsigned char>(n)) || n == '_')) fail("bad group name");
-                    ++pos_;
-                }
-                if (!eat('>')) fail("bad group name");
+                return group_body();
             }
-            return group_body();
-        }
-        case '[': ++pos_; return chars(char_class());
-        case '.': ++pos_; return chars(dot_set());
-        case '\\': {
-            ++pos_;
-            CharSet s;
-            if (escape(s, false)) return chars(s);
-            fail("bad escape");
-        }
-        case '*': case '+': case '?': fail("nothing to repeat");
-        case ')': fail("unbalanced ')'");
-        default: return chars(CharSet::single(next_cp()));
+            case '[': ++pos_; return chars(char_class());
+            case '.': ++pos_; return chars(dot_set());
+            case '\\': {
+                ++pos_;
+                CharSet s;
+                if (escape(s, false)) return chars(s);
+                fail("bad escape");
+            }
+            case '*':
+            case '+':
+            case '?': fail("nothing to repeat");
+            case ')': fail("unbalanced ')'");
+            default: return chars(CharSet::single(next_cp()));
         }
     }
 
@@ -189,55 +199,56 @@ private:
         if (at_end()) fail("trailing backslash");
         const char c = p_[pos_++];
         switch (c) {
-        case 'd': out = digit_set(); return true;
-        case 'D': out = digit_set().complement(); return true;
-        case 'w': out = word_set(); return true;
-        case 'W': out = word_set().complement(); return true;
-        case 's': out = space_set(); return true;
-        case 'S': out = space_set().complement(); return true;
-        case 't': out = CharSet::single('\t'); return true;
-        case 'n': out = CharSet::single('\n'); return true;
-        case 'r': out = CharSet::single('\r'); return true;
-        case 'f': out = CharSet::single('\f'); return true;
-        case 'v': out = CharSet::single('\v'); return true;
-        case '0':
-            if (peek() >= '0' && peek() <= '9') fail("octal escapes are not supported");
-            out = CharSet::single(0);
-            return true;
-        case 'x': out = CharSet::single(hex_digits(2)); return true;
-        case 'u': {
-            uint32_t v;
-            if (eat('{')) {
-                v = 0;
-                size_t n = 0;
-                while (!at_end() && peek() != '}') {
-                    v = v * 16 + hex_digits(1);
-                    if (++n > 6 || v > kMaxCodePoint) fail("bad \\u{...} escape");
+            case 'd': out = digit_set(); return true;
+            case 'D': out = digit_set().complement(); return true;
+            case 'w': out = word_set(); return true;
+            case 'W': out = word_set().complement(); return true;
+            case 's': out = space_set(); return true;
+            case 'S': out = space_set().complement(); return true;
+            case 't': out = CharSet::single('\t'); return true;
+            case 'n': out = CharSet::single('\n'); return true;
+            case 'r': out = CharSet::single('\r'); return true;
+            case 'f': out = CharSet::single('\f'); return true;
+            case 'v': out = CharSet::single('\v'); return true;
+            case '0':
+                if (peek() >= '0' && peek() <= '9') fail("octal escapes are not supported");
+                out = CharSet::single(0);
+                return true;
+            case 'x': out = CharSet::single(hex_digits(2)); return true;
+            case 'u': {
+                uint32_t v;
+                if (eat('{')) {
+                    v = 0;
+                    size_t n = 0;
+                    while (!at_end() && peek() != '}') {
+                        v = v * 16 + hex_digits(1);
+                        if (++n > 6 || v > kMaxCodePoint) fail("bad \\u{...} escape");
+                    }
+                    if (n == 0 || !eat('}')) fail("bad \\u{...} escape");
+                } else {
+                    v = hex_digits(4);
                 }
-                if (n == 0 || !eat('}')) fail("bad \\u{...} escape");
-            } else {
-                v = hex_digits(4);
-            }
-            if (v >= 0xD800 && v <= 0xDFFF) fail("surrogate code points cannot be matched");
-            out = CharSet::single(v);
-            return true;
-        }
-        case 'b':
-            if (in_class) {
-                out = CharSet::single('\b');
+                if (v >= 0xD800 && v <= 0xDFFF) fail("surrogate code points cannot be matched");
+                out = CharSet::single(v);
                 return true;
             }
-            fail("word boundaries (\\b) are not supported");
-        case 'B': fail("word boundaries (\\B) are not supported");
-        case 'p': case 'P': fail("Unicode property escapes (\\p) are not supported");
-        case 'k': fail("named backreferences are not supported");
-        case 'c': fail("control escapes (\\c) are not supported");
-        default:
-            if (c >= '1' && c <= '9') fail("backreferences are not supported");
-            if (std::isalnum(static_cast<unsigned char>(c))) fail(std::string("unknown escape \\") + c);
-            --pos_;
-            out = CharSet::single(next_cp());  // escaped punctuation or any other character
-            return true;
+            case 'b':
+                if (in_class) {
+                    out = CharSet::single('\b');
+                    return true;
+                }
+                fail("word boundaries (\\b) are not supported");
+            case 'B': fail("word boundaries (\\B) are not supported");
+            case 'p':
+            case 'P': fail("Unicode property escapes (\\p) are not supported");
+            case 'k': fail("named backreferences are not supported");
+            case 'c': fail("control escapes (\\c) are not supported");
+            default:
+                if (c >= '1' && c <= '9') fail("backreferences are not supported");
+                if (std::isalnum(static_cast<unsigned char>(c))) fail(std::string("unknown escape \\") + c);
+                --pos_;
+                out = CharSet::single(next_cp());  // escaped punctuation or any other character
+                return true;
         }
     }
 

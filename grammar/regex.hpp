@@ -19,9 +19,9 @@ namespace loom::grammar {
 
 /// How anchors are read.
 enum class RegexMatch {
-    Full,       ///< the whole text must match; ^ and $ are implied (vLLM's guided_regex)
-    Search,     ///< JSON Schema `pattern`: an alternative without ^ (or $) may have any
-                ///< text before (or after) its match
+    Full,    ///< the whole text must match; ^ and $ are implied (vLLM's guided_regex)
+    Search,  ///< JSON Schema `pattern`: an alternative without ^ (or $) may have any
+             ///< text before (or after) its match
 };
 
 /// Parses `pattern` into an expression whose Chars nodes are code point classes. Throws

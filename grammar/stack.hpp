@@ -81,7 +81,8 @@ void step_node(const Grammar& g, StackArena& a, int32_t node, uint8_t b, std::ve
         const RuleDfa& r = g.rule(f.rule);
         const int32_t t = r.step(f.state, b);
         if (t >= 0) out.push_back(a.intern(f.rule, t, f.parent));
-        for (uint32_t k = r.call_begin[static_cast<size_t>(f.state)]; k < r.call_begin[static_cast<size_t>(f.state) + 1]; ++k) {
+        for (uint32_t k = r.call_begin[static_cast<size_t>(f.state)];
+             k < r.call_begin[static_cast<size_t>(f.state) + 1]; ++k) {
             const Call c = r.calls[k];
             const int32_t ret = a.intern(f.rule, c.ret, f.parent);
             step_node(g, a, a.intern(c.rule, 0, ret), b, out, visited, on_sentinel);

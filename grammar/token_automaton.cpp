@@ -44,7 +44,7 @@ TokenAutomaton::TokenAutomaton(Grammar g, std::shared_ptr<const VocabBytes> voca
     : g_(std::move(g)), vocab_(std::move(vocab)), cache_(g_.n_states()) {
     configs_.emplace_back();  // config 0: no stack at all
     config_inside_.push_back(0);
-    memo_.assign(256, 0);     // ... and it stays empty
+    memo_.assign(256, 0);  // ... and it stays empty
     config_index_.emplace(std::vector<int32_t>{}, 0);
 }
 

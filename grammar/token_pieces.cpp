@@ -38,7 +38,8 @@ std::string piece_bytes(std::string_view t, int32_t type, PieceSpelling spelling
     if (type == kPieceUnknown || type == kPieceControl || type == kPieceUnused) return {};
     std::string out;
     if (spelling == PieceSpelling::SentencePiece) {
-        if (type == kPieceByte && t.size() == 6 && t.substr(0, 3) == "<0x" && t[5] == '>' && hex(t[3]) >= 0 && hex(t[4]) >= 0)
+        if (type == kPieceByte && t.size() == 6 && t.substr(0, 3) == "<0x" && t[5] == '>' && hex(t[3]) >= 0 &&
+            hex(t[4]) >= 0)
             return std::string(1, static_cast<char>(hex(t[3]) * 16 + hex(t[4])));
         for (size_t k = 0; k < t.size();) {
             if (t.substr(k, kSpaceMarker.size()) == kSpaceMarker) {
@@ -69,8 +70,8 @@ std::string piece_bytes(std::string_view t, int32_t type, PieceSpelling spelling
     return out;
 }
 
-std::vector<std::string> token_bytes_from_pieces(const std::vector<std::string>& pieces, const std::vector<int32_t>& types,
-                                                 PieceSpelling spelling) {
+std::vector<std::string> token_bytes_from_pieces(const std::vector<std::string>& pieces,
+                                                 const std::vector<int32_t>& types, PieceSpelling spelling) {
     if (!types.empty() && types.size() != pieces.size())
         throw std::invalid_argument("token types and token texts differ in number");
     std::vector<std::string> out;

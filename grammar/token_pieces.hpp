@@ -23,8 +23,14 @@ enum class PieceSpelling {
 };
 
 /// GGUF token types (`tokenizer.ggml.token_type`, llama.cpp's llama_token_type).
-enum PieceType : int32_t { kPieceNormal = 1, kPieceUnknown = 2, kPieceControl = 3, kPieceUserDefined = 4,
-                           kPieceUnused = 5, kPieceByte = 6 };
+enum PieceType : int32_t {
+    kPieceNormal = 1,
+    kPieceUnknown = 2,
+    kPieceControl = 3,
+    kPieceUserDefined = 4,
+    kPieceUnused = 5,
+    kPieceByte = 6
+};
 
 /// The bytes of one token: empty for unknown, control and unused tokens (they carry no
 /// text); user-defined tokens of a byte-level vocabulary are their raw text.
@@ -32,7 +38,7 @@ std::string piece_bytes(std::string_view piece, int32_t type, PieceSpelling spel
 
 /// piece_bytes() of every token. `types` may be empty (all normal) or one per token.
 /// Throws std::invalid_argument when `types` has another length.
-std::vector<std::string> token_bytes_from_pieces(const std::vector<std::string>& pieces, const std::vector<int32_t>& types,
-                                                 PieceSpelling spelling);
+std::vector<std::string> token_bytes_from_pieces(const std::vector<std::string>& pieces,
+                                                 const std::vector<int32_t>& types, PieceSpelling spelling);
 
 }  // namespace loom::grammar

@@ -72,8 +72,6 @@ const std::string& VocabBytes::bytes(int32_t id) const {
     return bytes_[static_cast<size_t>(id)];
 }
 
-bool VocabBytes::is_eog(int32_t id) const {
-    return id >= 0 && id < n_vocab_ && is_eog_[static_cast<size_t>(id)];
-}
+bool VocabBytes::is_eog(int32_t id) const { return id >= 0 && id < n_vocab_ && is_eog_[static_cast<size_t>(id)]; }
 
 }  // namespace loom::grammar

@@ -435,10 +435,8 @@ Value Interp::eval_call(const Expr& e, const FrameP& f) {
 
 Value Interp::eval_filter(const Expr& e, const FrameP& f) {
     Value v;
-    if (e.a)
-        v = eval(*e.a, f);
-    else if (filter_block_input)
-        v = *filter_block_input;
+    if (e.a) v = eval(*e.a, f);
+    else if (filter_block_input) v = *filter_block_input;
     CallArgs args;
     eval_args(e, f, args);
     line = e.line;
@@ -541,10 +539,8 @@ Value Interp::eval(const Expr& e, const FrameP& f) {
             std::string s;
             for (const auto& a : e.args) {
                 Value v = eval(*a, f);
-                if (v.is_string())
-                    s += v.str();
-                else
-                    s += v.to_str();
+                if (v.is_string()) s += v.str();
+                else s += v.to_str();
                 check_size(s.size());
             }
             charge(s.size() / 64);

@@ -125,8 +125,7 @@ Value f_int(Interp& in, const Value& v, CallArgs& a) {
                 base = 8, digits = s.substr(0, k) + s.substr(k + 2);
             else if (l.compare(k, 2, "0b") == 0 && (base == 2 || base == 0))
                 base = 2, digits = s.substr(0, k) + s.substr(k + 2);
-            else if (base == 0)
-                base = 10;
+            else if (base == 0) base = 10;
         }
         if (!digits.empty() && base >= 2 && base <= 36) {
             char* end = nullptr;
@@ -266,12 +265,10 @@ Value f_tojson(Interp&, const Value& v, CallArgs& a) {
     if (const Value* ind = b.get(1); ind && !ind->is_none()) {
         o.pretty = true;
         o.item_sep = ",";
-        if (ind->is_string())
-            o.indent = ind->str();
+        if (ind->is_string()) o.indent = ind->str();
         else if (ind->is_int() || ind->is_bool())
             o.indent = std::string(static_cast<size_t>(std::clamp<int64_t>(ind->int_like(), 0, 1 << 24)), ' ');
-        else
-            throw TemplateError("indent must be an int or a string");
+        else throw TemplateError("indent must be an int or a string");
     }
     if (const Value* sep = b.get(2); sep && !sep->is_none()) {
         std::vector<Value> parts = sep->is_sequence() ? sep->items() : std::vector<Value>{};

@@ -160,12 +160,9 @@ Value f_map(Interp& in, const Value& v, CallArgs& a) {
         Value attr, def = Value::none();
         bool has_attr = false;
         for (auto& [k, x] : a.kw) {
-            if (k == "attribute")
-                attr = x, has_attr = true;
-            else if (k == "default")
-                def = x;
-            else
-                throw TemplateError("Unexpected keyword argument '" + k + "'");
+            if (k == "attribute") attr = x, has_attr = true;
+            else if (k == "default") def = x;
+            else throw TemplateError("Unexpected keyword argument '" + k + "'");
         }
         if (!has_attr) throw TemplateError("map requires a filter argument");
         auto parts = attr_parts(attr);
@@ -271,8 +268,7 @@ Value f_sort(Interp& in, const Value& v, CallArgs& a) {
         if (b.get(2)->is_string())
             for (auto& p : py::split(b.get(2)->str(), std::string(","), -1, false))
                 attrs.push_back(attr_parts(Value(p)));
-        else
-            attrs.push_back(attr_parts(*b.get(2)));
+        else attrs.push_back(attr_parts(*b.get(2)));
     }
     std::vector<Value> items = in.iterate(v), keys;
     for (const Value& x : items) {

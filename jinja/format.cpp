@@ -131,10 +131,8 @@ std::string str_format(Interp& in, const std::string& fmt, CallArgs& a) {
     for (size_t i = 0; i < fmt.size(); ++i) {
         char c = fmt[i];
         if (c == '}') {
-            if (i + 1 < fmt.size() && fmt[i + 1] == '}')
-                ++i;
-            else
-                throw TemplateError("Single '}' encountered in format string");
+            if (i + 1 < fmt.size() && fmt[i + 1] == '}') ++i;
+            else throw TemplateError("Single '}' encountered in format string");
             out += '}';
             continue;
         }
@@ -194,10 +192,8 @@ std::string str_format(Interp& in, const std::string& fmt, CallArgs& a) {
         }
         if (v.is_undefined() && conv.empty() && !spec.empty())
             throw TemplateError("unsupported format string passed to Undefined.__format__");
-        if (conv == "r" || conv == "a")
-            v = Value(v.repr());
-        else if (conv == "s")
-            v = Value(v.to_str());
+        if (conv == "r" || conv == "a") v = Value(v.repr());
+        else if (conv == "s") v = Value(v.to_str());
         out += format_field(in, v, spec);
         in.check_size(out.size());
     }
@@ -208,10 +204,8 @@ std::string percent_format(Interp& in, const std::string& fmt, const Value& args
     std::vector<Value> pos;
     // Python treats any subscriptable non-tuple, non-str argument as a possible mapping.
     bool mapping = args.is_dict() || args.kind() == Value::Kind::List || args.is_undefined();
-    if (args.kind() == Value::Kind::Tuple)
-        pos = args.items();
-    else
-        pos.push_back(args);
+    if (args.kind() == Value::Kind::Tuple) pos = args.items();
+    else pos.push_back(args);
     size_t next = 0;
     bool used_mapping = false;
     std::string out;

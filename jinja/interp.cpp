@@ -353,10 +353,8 @@ Value Interp::call_macro(const Node& n, const std::weak_ptr<Frame>& def, CallArg
     const size_t first_default = np - n.defaults.size();
     for (size_t i = 0; i < np; ++i) {
         if (!given[i]) {
-            if (i >= first_default)
-                vals[i] = eval(*n.defaults[i - first_default], frame);
-            else
-                vals[i] = Value::undefined("parameter '" + n.params[i] + "' was not provided");
+            if (i >= first_default) vals[i] = eval(*n.defaults[i - first_default], frame);
+            else vals[i] = Value::undefined("parameter '" + n.params[i] + "' was not provided");
         }
         frame->vars[n.params[i]] = vals[i];
     }
@@ -391,9 +389,7 @@ Template Template::parse(std::string_view source) {
     Template t;
     try {
         t.ast_ = detail::parse_template(source);
-    } catch (const TemplateError&) {
-        throw;
-    } catch (const std::exception& e) {
+    } catch (const TemplateError&) { throw; } catch (const std::exception& e) {
         throw TemplateError(std::string("internal error while parsing: ") + e.what());
     }
     return t;

@@ -35,10 +35,8 @@ void quote(const std::string& s, bool ensure_ascii, std::string& out) {
         for (char ch : s) {
             const auto c = static_cast<unsigned char>(ch);
             if (named(c)) continue;
-            if (c < 0x20)
-                u(c);
-            else
-                out.push_back(ch);
+            if (c < 0x20) u(c);
+            else out.push_back(ch);
         }
     } else {
         for (char32_t c : py::decode(s)) {

@@ -189,14 +189,10 @@ private:
             if (s.substr(p, 6) != "endraw") continue;
             p = skip_ws(s, p + 6);
             size_t end;
-            if (s.substr(p, 3) == "+%}")
-                end = p + 3;
-            else if (s.substr(p, 3) == "-%}")
-                end = skip_ws(s, p + 3);
-            else if (s.substr(p, 2) == "%}")
-                end = p + 2 + (p + 2 < s.size() && s[p + 2] == '\n' ? 1 : 0);
-            else
-                continue;
+            if (s.substr(p, 3) == "+%}") end = p + 3;
+            else if (s.substr(p, 3) == "-%}") end = skip_ws(s, p + 3);
+            else if (s.substr(p, 2) == "%}") end = p + 2 + (p + 2 < s.size() && s[p + 2] == '\n' ? 1 : 0);
+            else continue;
             emit_data(apply_lstrip(s.substr(pos, k - pos), sign, true, line_starting), pos);
             line_starting = s[end - 1] == '\n';
             return end;
@@ -209,10 +205,8 @@ private:
         if (e == std::string_view::npos) fail(start, "Missing end of comment tag");
         size_t end = e + 2;
         char sign = e > after ? s[e - 1] : 0;
-        if (sign == '-')
-            end = skip_ws(s, end);
-        else if (sign != '+' && end < s.size() && s[end] == '\n')
-            ++end;
+        if (sign == '-') end = skip_ws(s, end);
+        else if (sign != '+' && end < s.size() && s[end] == '\n') ++end;
         line_starting = s[end - 1] == '\n';
         return end;
     }
@@ -225,17 +219,13 @@ private:
             if (balance.empty()) {
                 size_t end = 0;
                 if (block) {
-                    if (s.compare(pos, 3, "+%}") == 0)
-                        end = pos + 3;
-                    else if (s.compare(pos, 3, "-%}") == 0)
-                        end = skip_ws(s, pos + 3);
+                    if (s.compare(pos, 3, "+%}") == 0) end = pos + 3;
+                    else if (s.compare(pos, 3, "-%}") == 0) end = skip_ws(s, pos + 3);
                     else if (s.compare(pos, 2, "%}") == 0)
                         end = pos + 2 + (pos + 2 < s.size() && s[pos + 2] == '\n' ? 1 : 0);
                 } else {
-                    if (s.compare(pos, 3, "-}}") == 0)
-                        end = skip_ws(s, pos + 3);
-                    else if (s.compare(pos, 2, "}}") == 0)
-                        end = pos + 2;
+                    if (s.compare(pos, 3, "-}}") == 0) end = skip_ws(s, pos + 3);
+                    else if (s.compare(pos, 2, "}}") == 0) end = pos + 2;
                 }
                 if (end) {
                     emit(block ? Tok::BlockEnd : Tok::VarEnd, block ? "%}" : "}}", pos);

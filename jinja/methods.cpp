@@ -184,10 +184,8 @@ Value str_method(Interp& in, const Value& self, const std::string& name, CallArg
         size_t k = name == "partition" ? s.find(sep) : s.rfind(sep);
         std::vector<Value> out;
         if (k == std::string::npos) {
-            if (name == "partition")
-                out = {Value(s), Value(""), Value("")};
-            else
-                out = {Value(""), Value(""), Value(s)};
+            if (name == "partition") out = {Value(s), Value(""), Value("")};
+            else out = {Value(""), Value(""), Value(s)};
         } else {
             out = {Value(s.substr(0, k)), Value(sep), Value(s.substr(k + sep.size()))};
         }
@@ -259,12 +257,9 @@ Value dict_method(Interp&, const Value& self, const std::string& name, CallArgs&
     std::vector<Value> out;
     out.reserve(o.size());
     for (const auto& [k, v] : o.entries()) {
-        if (name == "keys")
-            out.push_back(k);
-        else if (name == "values")
-            out.push_back(v);
-        else
-            out.push_back(Value::list({k, v}, Value::Kind::Tuple));
+        if (name == "keys") out.push_back(k);
+        else if (name == "values") out.push_back(v);
+        else out.push_back(Value::list({k, v}, Value::Kind::Tuple));
     }
     return Value::list(std::move(out), name == "keys"     ? Value::Kind::KeysView
                                        : name == "values" ? Value::Kind::ValuesView

@@ -41,9 +41,7 @@ Body Parser::subparse(const std::vector<std::string>& end) {
             fail("unexpected " + q(describe(tok)));
         }
     }
-    if (!end.empty()) {
-        fail_eof();
-    }
+    if (!end.empty()) { fail_eof(); }
     return body;
 }
 
@@ -79,8 +77,7 @@ void Parser::fail_unknown_tag(const Token& tok) {
         if (expected)
             msg += " You probably made a nesting mistake. Jinja is expecting this tag, but currently looking for " +
                    looking + ".";
-        else
-            msg += " Jinja was looking for the following tags: " + looking + ".";
+        else msg += " Jinja was looking for the following tags: " + looking + ".";
     }
     if (!tag_stack_.empty()) msg += " The innermost block that needs to be closed is " + q(tag_stack_.back()) + ".";
     fail(tok, msg);
@@ -105,22 +102,14 @@ void Parser::parse_statement(Body& out) {
     if (!known.count(name)) fail_unknown_tag(tok);
     tag_stack_.push_back(name);
     NodeP n;
-    if (name == "for")
-        n = parse_for();
-    else if (name == "if")
-        n = parse_if();
-    else if (name == "set")
-        n = parse_set();
-    else if (name == "macro")
-        n = parse_macro();
-    else if (name == "call")
-        n = parse_call_block();
-    else if (name == "filter")
-        n = parse_filter_block();
-    else if (name == "with")
-        n = parse_with();
-    else if (name == "print")
-        n = parse_print(out);
+    if (name == "for") n = parse_for();
+    else if (name == "if") n = parse_if();
+    else if (name == "set") n = parse_set();
+    else if (name == "macro") n = parse_macro();
+    else if (name == "call") n = parse_call_block();
+    else if (name == "filter") n = parse_filter_block();
+    else if (name == "with") n = parse_with();
+    else if (name == "print") n = parse_print(out);
     else if (name == "break" || name == "continue") {
         if (loop_depth_ == 0) fail("'" + name + "' outside loop");
         n = node(name == "break" ? NK::Break : NK::Continue, next());
@@ -221,10 +210,8 @@ void Parser::parse_signature(Node& n) {
         if (!n.params.empty()) expect_op(",");
         const Token& p = expect_name();
         n.params.push_back(p.text);
-        if (skip_op("="))
-            n.defaults.push_back(parse_expression(true));
-        else if (!n.defaults.empty())
-            fail(p, "non-default argument follows default argument");
+        if (skip_op("=")) n.defaults.push_back(parse_expression(true));
+        else if (!n.defaults.empty()) fail(p, "non-default argument follows default argument");
     }
     expect_op(")");
 }
@@ -297,10 +284,8 @@ Target Parser::parse_assign_target(bool with_tuple, bool name_only, const std::v
         if (!items.empty()) expect_op(",");
         if (tuple_end(extra_end)) break;
         items.push_back(parse_target_primary());
-        if (is_op(","))
-            is_tuple = true;
-        else
-            break;
+        if (is_op(",")) is_tuple = true;
+        else break;
     }
     if (!is_tuple) {
         if (items.empty()) fail("Expected an expression, got " + q(describe(cur())));

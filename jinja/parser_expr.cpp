@@ -18,10 +18,8 @@ ExprP Parser::parse_tuple(bool simplified, bool with_condexpr, const std::vector
         if (!args.empty()) expect_op(",");
         if (tuple_end(extra)) break;
         args.push_back(simplified ? parse_primary() : parse_expression(with_condexpr));
-        if (is_op(","))
-            is_tuple = true;
-        else
-            break;
+        if (is_op(",")) is_tuple = true;
+        else break;
     }
     if (!is_tuple) {
         if (!args.empty()) return std::move(args[0]);
@@ -350,15 +348,11 @@ ExprP Parser::parse_subscribed() {
         if (!skip_op(":")) return e;
         parts.push_back(std::move(e));
     }
-    if (is_op(":") || is_op("]") || is_op(","))
-        parts.push_back(nullptr);
-    else
-        parts.push_back(parse_expression(true));
+    if (is_op(":") || is_op("]") || is_op(",")) parts.push_back(nullptr);
+    else parts.push_back(parse_expression(true));
     if (skip_op(":")) {
-        if (is_op("]") || is_op(","))
-            parts.push_back(nullptr);
-        else
-            parts.push_back(parse_expression(true));
+        if (is_op("]") || is_op(",")) parts.push_back(nullptr);
+        else parts.push_back(parse_expression(true));
     } else {
         parts.push_back(nullptr);
     }

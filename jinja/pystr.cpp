@@ -194,10 +194,8 @@ std::string title(std::string_view s) {
     bool prev_cased = false;
     for (char32_t c : decode(s)) {
         if (is_cased(c)) {
-            if (prev_cased)
-                append_lower(out, c);
-            else
-                append_titlecase(out, c);
+            if (prev_cased) append_lower(out, c);
+            else append_titlecase(out, c);
             prev_cased = true;
         } else {
             append_utf8(out, c);
@@ -211,10 +209,8 @@ std::string capitalize(std::string_view s) {
     std::string out;
     bool first = true;
     for (char32_t c : decode(s)) {
-        if (first)
-            append_titlecase(out, c);
-        else
-            append_lower(out, c);
+        if (first) append_titlecase(out, c);
+        else append_lower(out, c);
         first = false;
     }
     return out;
@@ -223,12 +219,9 @@ std::string capitalize(std::string_view s) {
 std::string swapcase(std::string_view s) {
     std::string out;
     for (char32_t c : decode(s)) {
-        if (is_upper(c))
-            append_lower(out, c);
-        else if (is_lower(c))
-            append_upper(out, c);
-        else
-            append_utf8(out, c);
+        if (is_upper(c)) append_lower(out, c);
+        else if (is_lower(c)) append_upper(out, c);
+        else append_utf8(out, c);
     }
     return out;
 }
@@ -406,10 +399,8 @@ std::string pad(std::string_view s, int64_t width, char32_t fill, int align) {
     auto len = static_cast<int64_t>(length(s));
     if (width <= len) return std::string(s);
     int64_t marg = width - len, left = 0;
-    if (align == 0)
-        left = marg / 2 + (marg & width & 1);
-    else if (align > 0)
-        left = marg;
+    if (align == 0) left = marg / 2 + (marg & width & 1);
+    else if (align > 0) left = marg;
     std::string f;
     append_utf8(f, fill);
     std::string out;
@@ -495,12 +486,9 @@ std::string repr(std::string_view s) {
         } else if (is_printable(c)) {
             append_utf8(out, c);
         } else {
-            if (c <= 0xFF)
-                snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
-            else if (c <= 0xFFFF)
-                snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-            else
-                snprintf(buf, sizeof buf, "\\U%08x", static_cast<unsigned>(c));
+            if (c <= 0xFF) snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
+            else if (c <= 0xFFFF) snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+            else snprintf(buf, sizeof buf, "\\U%08x", static_cast<unsigned>(c));
             out += buf;
         }
     }

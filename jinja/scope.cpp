@@ -80,10 +80,8 @@ void visit_expr(const Expr* e, Symbols& s) {
 void store_target(const Target& t, Symbols& s, bool as_param) {
     switch (t.kind) {
         case Target::Kind::Name:
-            if (as_param)
-                s.param(t.name);
-            else
-                s.store(t.name);
+            if (as_param) s.param(t.name);
+            else s.store(t.name);
             break;
         case Target::Kind::NsAttr: s.load(t.name); break;
         case Target::Kind::Tuple:

@@ -431,10 +431,8 @@ const Value* Object::find(std::string_view key) const {
 void Object::set(const Value& key, Value v) {
     std::string k = hash_key_or_throw(key);
     auto [it, inserted] = index_.try_emplace(std::move(k), entries_.size());
-    if (inserted)
-        entries_.emplace_back(key, std::move(v));
-    else
-        entries_[it->second].second = std::move(v);
+    if (inserted) entries_.emplace_back(key, std::move(v));
+    else entries_[it->second].second = std::move(v);
 }
 
 void Object::clear() {

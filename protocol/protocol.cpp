@@ -64,7 +64,8 @@ void append_pairs(std::string& out, const std::vector<TokenLogprob>& top) {
 // Grammar kinds: 1..32 bytes of [a-z0-9_].
 bool valid_grammar_kind(std::string_view k) {
     if (k.empty() || k.size() > 32) return false;
-    return std::all_of(k.begin(), k.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+    return std::all_of(k.begin(), k.end(),
+                       [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
 }
 
 std::string format_one(const Hello& h) {
@@ -98,8 +99,8 @@ std::string format_one(const Logprobs& l) {
 }
 std::string format_one(const PromptLogprobs& p) {
     require_id(p.id);
-    std::string s = "PLP " + p.id + " " + std::to_string(p.index) + " " +
-                    (p.logprob ? format_float(*p.logprob) : std::string("-"));
+    std::string s =
+        "PLP " + p.id + " " + std::to_string(p.index) + " " + (p.logprob ? format_float(*p.logprob) : std::string("-"));
     append_pairs(s, p.top);
     return s;
 }
@@ -115,7 +116,8 @@ std::string format_one(const Error& e) {
     // Line breaks become spaces and leading blanks go (a reader skips them), so the
     // message reads back exactly as written.
     std::string msg = e.message;
-    std::replace_if(msg.begin(), msg.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+    std::replace_if(
+        msg.begin(), msg.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
     msg.erase(0, std::min(msg.size(), msg.find_first_not_of(" \t")));
     if (msg.empty()) msg = "error";
     return "ERR " + e.id + " " + msg;
@@ -249,8 +251,7 @@ std::vector<std::pair<std::string_view, std::string_view>> fields(const std::vec
     std::vector<std::pair<std::string_view, std::string_view>> out;
     for (size_t k = from; k < parts.size(); ++k) {
         size_t eq = parts[k].find('=');
-        if (eq == std::string_view::npos || eq == 0)
-            throw Bad{"field '" + shown(parts[k]) + "' is not key=value"};
+        if (eq == std::string_view::npos || eq == 0) throw Bad{"field '" + shown(parts[k]) + "' is not key=value"};
         std::string_view key = parts[k].substr(0, eq);
         for (const auto& f : out)
             if (f.first == key) throw Bad{"duplicate key '" + shown(key) + "'"};
@@ -391,8 +392,7 @@ GatewayLine parse_gateway(const std::vector<std::string_view>& parts) {
             g.seed = parse_int<uint64_t>(v, k);
         } else if (k == "logprobs" || k == "prompt_logprobs") {
             int n = parse_int<int>(v, k);
-            if (n < 0 || n > kMaxLogprobs)
-                throw Bad{std::string(k) + " must be in 0.." + std::to_string(kMaxLogprobs)};
+            if (n < 0 || n > kMaxLogprobs) throw Bad{std::string(k) + " must be in 0.." + std::to_string(kMaxLogprobs)};
             (k == "logprobs" ? g.logprobs : g.prompt_logprobs) = n;
         } else if (k == "allowed") {
             g.allowed = parse_ids(v, k);
@@ -427,7 +427,8 @@ GatewayLine parse_gateway(const std::vector<std::string_view>& parts) {
             const size_t colon = v.find(':');
             if (colon == std::string_view::npos) throw Bad{"grammar must be <kind>:<base64 of the source>"};
             const std::string_view kind = v.substr(0, colon);
-            if (!valid_grammar_kind(kind)) throw Bad{"grammar kind '" + std::string(kind) + "' is not 1..32 bytes of [a-z0-9_]"};
+            if (!valid_grammar_kind(kind))
+                throw Bad{"grammar kind '" + std::string(kind) + "' is not 1..32 bytes of [a-z0-9_]"};
             auto source = base64_decode(v.substr(colon + 1));
             if (!source) throw Bad{"grammar source is not base64"};
             g.grammar = GrammarSpec{std::string(kind), std::move(*source)};
@@ -455,22 +456,18 @@ std::variant<Line, ParseError> parse_with(std::string_view line, Fn fn) {
     }
     try {
         return Line{fn(parts)};
-    } catch (const Bad& b) {
-        return ParseError{id_of(parts), b.message};
-    }
+    } catch (const Bad& b) { return ParseError{id_of(parts), b.message}; }
 }
 
 }  // namespace
 
-bool Hello::has_cap(std::string_view c) const {
-    return std::find(caps.begin(), caps.end(), c) != caps.end();
-}
+bool Hello::has_cap(std::string_view c) const { return std::find(caps.begin(), caps.end(), c) != caps.end(); }
 
 bool valid_id(std::string_view id) {
     if (id.empty() || id.size() > 64) return false;
     return std::all_of(id.begin(), id.end(), [](char c) {
-        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-               c == '_' || c == '-';
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+               c == '-';
     });
 }
 
@@ -481,8 +478,7 @@ std::string base64_encode(std::string_view bytes) {
     for (size_t i = 0; i < bytes.size(); i += 3) {
         const size_t n = std::min<size_t>(3, bytes.size() - i);
         uint32_t w = 0;
-        for (size_t j = 0; j < 3; ++j)
-            w = (w << 8) | (j < n ? static_cast<unsigned char>(bytes[i + j]) : 0u);
+        for (size_t j = 0; j < 3; ++j) w = (w << 8) | (j < n ? static_cast<unsigned char>(bytes[i + j]) : 0u);
         for (size_t j = 0; j < 4; ++j) out += j <= n ? abc[(w >> (18 - 6 * j)) & 63] : '=';
     }
     return out;

@@ -27,16 +27,16 @@ using TokenId = int32_t;
 /// Capability names an engine announces in HELLO's `caps=` (docs/protocol.md,
 /// "Capabilities"); the gateway refuses a request that needs one the engine lacks.
 namespace cap {
-inline constexpr char kLogprobs[] = "logprobs";                  ///< `logprobs=K` and LP lines
-inline constexpr char kAllowed[] = "allowed";                    ///< `allowed=`
-inline constexpr char kCancel[] = "cancel";                      ///< CANCEL
-inline constexpr char kPromptLogprobs[] = "prompt_logprobs";     ///< `prompt_logprobs=K` and PLP lines
-inline constexpr char kPenalties[] = "penalties";                ///< presence, frequency, repetition penalties
-inline constexpr char kLogitBias[] = "logit_bias";               ///< `logit_bias=`
+inline constexpr char kLogprobs[] = "logprobs";                     ///< `logprobs=K` and LP lines
+inline constexpr char kAllowed[] = "allowed";                       ///< `allowed=`
+inline constexpr char kCancel[] = "cancel";                         ///< CANCEL
+inline constexpr char kPromptLogprobs[] = "prompt_logprobs";        ///< `prompt_logprobs=K` and PLP lines
+inline constexpr char kPenalties[] = "penalties";                   ///< presence, frequency, repetition penalties
+inline constexpr char kLogitBias[] = "logit_bias";                  ///< `logit_bias=`
 inline constexpr char kProcessedLogprobs[] = "processed_logprobs";  ///< `logprobs_mode=processed`
-inline constexpr char kSeed[] = "seed";                          ///< `seed=` gives reproducible sampling
-inline constexpr char kGrammar[] = "grammar";                    ///< `grammar=` (grammar-constrained decoding)
-inline constexpr char kPing[] = "ping";                          ///< PING, answered with PONG at once
+inline constexpr char kSeed[] = "seed";                             ///< `seed=` gives reproducible sampling
+inline constexpr char kGrammar[] = "grammar";                       ///< `grammar=` (grammar-constrained decoding)
+inline constexpr char kPing[] = "ping";                             ///< PING, answered with PONG at once
 }  // namespace cap
 
 // ---------------------------------------------------------------------------
@@ -143,22 +143,22 @@ inline constexpr char kTaggedJson[] = "tagged_json";
 /// `GEN <id> prompt=... [key=value ...]`: start generating for one request.
 struct Gen {
     std::string id;
-    std::vector<TokenId> prompt;       ///< required, non-empty
-    std::optional<int64_t> max_tokens; ///< absent: until the context is full
-    float temperature = 1.0f;          ///< 0: greedy
-    int32_t top_k = 0;                 ///< 0: off
-    float top_p = 1.0f;                ///< 1: off
-    float min_p = 0.0f;                ///< 0: off
-    std::optional<uint64_t> seed;      ///< absent: nondeterministic
-    std::optional<int> logprobs;       ///< absent: no LP lines; K in 0..20
-    std::optional<int> prompt_logprobs;///< absent: no PLP lines; K in 0..20
-    std::vector<TokenId> allowed;      ///< empty: every token
+    std::vector<TokenId> prompt;         ///< required, non-empty
+    std::optional<int64_t> max_tokens;   ///< absent: until the context is full
+    float temperature = 1.0f;            ///< 0: greedy
+    int32_t top_k = 0;                   ///< 0: off
+    float top_p = 1.0f;                  ///< 1: off
+    float min_p = 0.0f;                  ///< 0: off
+    std::optional<uint64_t> seed;        ///< absent: nondeterministic
+    std::optional<int> logprobs;         ///< absent: no LP lines; K in 0..20
+    std::optional<int> prompt_logprobs;  ///< absent: no PLP lines; K in 0..20
+    std::vector<TokenId> allowed;        ///< empty: every token
     float presence_penalty = 0.0f;
     float frequency_penalty = 0.0f;
     float repetition_penalty = 1.0f;
     std::vector<std::pair<TokenId, float>> logit_bias;
-    bool processed_logprobs = false;   ///< logprobs_mode=processed
-    bool ignore_eos = false;           ///< do not stop at end-of-generation ids
+    bool processed_logprobs = false;     ///< logprobs_mode=processed
+    bool ignore_eos = false;             ///< do not stop at end-of-generation ids
     std::optional<GrammarSpec> grammar;  ///< absent: unconstrained
 };
 

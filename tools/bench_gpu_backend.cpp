@@ -38,7 +38,8 @@ double copy_bandwidth() {
     for (int i = 0; i < 3; ++i) LOOM_GPU_CHECK(gpuMemcpyAsync(b, a, n, gpuMemcpyDeviceToDevice, nullptr));
     const int reps = 20;
     LOOM_GPU_CHECK(gpuEventRecord(e0, nullptr));
-    for (int i = 0; i < reps; ++i) LOOM_GPU_CHECK(gpuMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, n, gpuMemcpyDeviceToDevice, nullptr));
+    for (int i = 0; i < reps; ++i)
+        LOOM_GPU_CHECK(gpuMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, n, gpuMemcpyDeviceToDevice, nullptr));
     LOOM_GPU_CHECK(gpuEventRecord(e1, nullptr));
     LOOM_GPU_CHECK(gpuEventSynchronize(e1));
     float ms = 0;
@@ -183,8 +184,7 @@ int main(int argc, char** argv) {
                 p = *end == ',' ? end + 1 : end;
                 if (end == p && *p) break;
             }
-        }
-        else if (a == "--matvec-rows") opts.matvec_rows = next();
+        } else if (a == "--matvec-rows") opts.matvec_rows = next();
         else {
             std::fprintf(stderr, "loom-gpu-bench: unknown option %s\n", a.c_str());
             return 2;
@@ -196,10 +196,11 @@ int main(int argc, char** argv) {
     opts.kv_tokens = std::max<int64_t>(opts.kv_tokens, opts.n_ctx);
     if (model.empty() || prompt < 1 || gen < 1 || prompt + gen + 8 > opts.n_ctx ||
         std::find_if(prefill_list.begin(), prefill_list.end(), [](int n) { return n < 1; }) != prefill_list.end()) {
-        std::fprintf(stderr, "usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] "
-                             "[--kv-f32] [--batch-invariant] [--no-graphs] [--no-fuse-rope] [--own-gemm] "
-                             "[--matvec-rows N] [--tiled-prefill-attn | --gemm-prefill-attn | --gemm16-prefill-attn] "
-                             "[--ctx N] [--prefill-list N,N,...]\n");
+        std::fprintf(stderr,
+                     "usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] "
+                     "[--kv-f32] [--batch-invariant] [--no-graphs] [--no-fuse-rope] [--own-gemm] "
+                     "[--matvec-rows N] [--tiled-prefill-attn | --gemm-prefill-attn | --gemm16-prefill-attn] "
+                     "[--ctx N] [--prefill-list N,N,...]\n");
         return 2;
     }
     const double bw = copy_bandwidth();
@@ -352,12 +353,13 @@ int main(int argc, char** argv) {
     }
 
     const double roof = bw / wbytes;  // tokens/s if every weight byte is read once per token
-    std::printf("model %s: weights %.2f GB on the device, KV pool %.2f GB, load %.1f s\n", model.c_str(),
-                wbytes / 1e9, static_cast<double>(be.kv_bytes()) / 1e9, load_s);
+    std::printf("model %s: weights %.2f GB on the device, KV pool %.2f GB, load %.1f s\n", model.c_str(), wbytes / 1e9,
+                static_cast<double>(be.kv_bytes()) / 1e9, load_s);
     std::printf("device-to-device copy: %.0f GB/s (read + write) -> weight-streaming roofline %.0f tok/s\n", bw / 1e9,
                 roof);
-    std::printf("decode batch 1 (%d tokens after %d): %.1f tok/s = %.0f%% of roofline (step %.3f ms, sampling %.3f ms)\n",
-                gen, prompt, tps, 100 * tps / roof, st0, op_ms(ops, "sample"));
+    std::printf(
+        "decode batch 1 (%d tokens after %d): %.1f tok/s = %.0f%% of roofline (step %.3f ms, sampling %.3f ms)\n", gen,
+        prompt, tps, 100 * tps / roof, st0, op_ms(ops, "sample"));
     std::printf("decode with top-20 logprobs: %.1f tok/s (%.2f%% slower; sampling %.3f ms)\n", tps_lp,
                 100 * (tps / tps_lp - 1), op_ms(ops_lp, "sample"));
     if (!decode_only) {
@@ -368,12 +370,13 @@ int main(int argc, char** argv) {
     std::printf("batched decode: 4 seqs %.0f tok/s, 8 seqs %.0f tok/s\n", b4, b8);
     print_ops("one decode step", ops);
     if (!decode_only) print_ops("prefill of 512 tokens", pops);
-    std::printf("BENCH {\"model\": \"%s\", \"weight_bytes\": %.0f, \"copy_bw\": %.0f, \"roofline_tps\": %.1f, "
-                "\"decode_tps\": %.2f, \"decode_lp20_tps\": %.2f, \"step_ms\": %.4f, \"step_lp20_ms\": %.4f, "
-                "\"sample_ms\": %.4f, \"sample_lp20_ms\": %.4f, \"prefill512_tps\": %.1f, \"prefill2048_tps\": %.1f, "
-                "\"mixed_step_ms\": %.3f, \"batch4_tps\": %.1f, \"batch8_tps\": %.1f, \"ops\": {",
-                model.c_str(), wbytes, bw, roof, tps, tps_lp, st0, st1, op_ms(ops, "sample"), op_ms(ops_lp, "sample"),
-                p512 > 0 ? 512 / p512 : 0.0, p2048 > 0 ? 2048 / p2048 : 0.0, mixed_ms, b4, b8);
+    std::printf(
+        "BENCH {\"model\": \"%s\", \"weight_bytes\": %.0f, \"copy_bw\": %.0f, \"roofline_tps\": %.1f, "
+        "\"decode_tps\": %.2f, \"decode_lp20_tps\": %.2f, \"step_ms\": %.4f, \"step_lp20_ms\": %.4f, "
+        "\"sample_ms\": %.4f, \"sample_lp20_ms\": %.4f, \"prefill512_tps\": %.1f, \"prefill2048_tps\": %.1f, "
+        "\"mixed_step_ms\": %.3f, \"batch4_tps\": %.1f, \"batch8_tps\": %.1f, \"ops\": {",
+        model.c_str(), wbytes, bw, roof, tps, tps_lp, st0, st1, op_ms(ops, "sample"), op_ms(ops_lp, "sample"),
+        p512 > 0 ? 512 / p512 : 0.0, p2048 > 0 ? 2048 / p2048 : 0.0, mixed_ms, b4, b8);
     for (size_t i = 0; i < ops.ms.size(); ++i)
         std::printf("%s\"%s\": %.4f", i ? ", " : "", ops.ms[i].first.c_str(), ops.ms[i].second);
     std::printf("}}\n");

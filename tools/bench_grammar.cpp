@@ -65,31 +65,45 @@ std::vector<Case> cases() {
     std::vector<Case> v;
     Constraint obj;
     obj.kind = Constraint::Kind::JsonObject;
-    v.push_back({"json_object", obj,
-                 {R"({"name": "Ada Lovelace", "born": 1815, "fields": ["mathematics", "computing"], "notes": {"first program": true, "machine": "Analytical Engine"}})",
-                  "{\n  \"city\": \"Paris\",\n  \"population\": 2102650,\n  \"districts\": [1, 2, 3, 4],\n  \"mayor\": null\n}",
-                  R"({"a":{"b":{"c":[{"d":1.5e3},{"e":-2}]}},"f":"tab\there"})"}});
-    v.push_back({"flat", schema(R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0,"maximum":150},
+    v.push_back(
+        {"json_object",
+         obj,
+         {R"({"name": "Ada Lovelace", "born": 1815, "fields": ["mathematics", "computing"], "notes": {"first program": true, "machine": "Analytical Engine"}})",
+          "{\n  \"city\": \"Paris\",\n  \"population\": 2102650,\n  \"districts\": [1, 2, 3, 4],\n  \"mayor\": null\n}",
+          R"({"a":{"b":{"c":[{"d":1.5e3},{"e":-2}]}},"f":"tab\there"})"}});
+    v.push_back(
+        {"flat",
+         schema(
+             R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0,"maximum":150},
         "email":{"type":"string","format":"email"},"role":{"enum":["admin","editor","viewer"]},"active":{"type":"boolean"}},
         "required":["name","age","email","role","active"],"additionalProperties":false})"),
-                 {R"({"name": "Grace Hopper", "age": 85, "email": "grace@navy.mil", "role": "admin", "active": true})",
-                  R"({"name":"Linus","age":54,"email":"torvalds@linux-foundation.org","role":"viewer","active":false})",
-                  "{\n  \"name\": \"Margaret Hamilton\",\n  \"age\": 88,\n  \"email\": \"mh@example.com\",\n  \"role\": \"editor\",\n  \"active\": true\n}"}});
-    v.push_back({"nested", schema(R"({"$defs":{"item":{"type":"object","properties":{"sku":{"type":"string","pattern":"^[A-Z]{3}-[0-9]{4}$"},
+         {R"({"name": "Grace Hopper", "age": 85, "email": "grace@navy.mil", "role": "admin", "active": true})",
+          R"({"name":"Linus","age":54,"email":"torvalds@linux-foundation.org","role":"viewer","active":false})",
+          "{\n  \"name\": \"Margaret Hamilton\",\n  \"age\": 88,\n  \"email\": \"mh@example.com\",\n  \"role\": "
+          "\"editor\",\n  \"active\": true\n}"}});
+    v.push_back(
+        {"nested",
+         schema(
+             R"({"$defs":{"item":{"type":"object","properties":{"sku":{"type":"string","pattern":"^[A-Z]{3}-[0-9]{4}$"},
         "qty":{"type":"integer","minimum":1},"price":{"type":"number","minimum":0}},"required":["sku","qty","price"],"additionalProperties":false}},
         "type":"object","properties":{"id":{"type":"string","format":"uuid"},"items":{"type":"array","items":{"$ref":"#/$defs/item"},"minItems":1},
         "created":{"type":"string","format":"date-time"},"notes":{"type":["string","null"]}},"required":["id","items","created","notes"],"additionalProperties":false})"),
-                 {R"({"id": "3f2b8c1e-9d4a-4b7e-8f21-6a5c0d9e7b13", "items": [{"sku": "ABC-1234", "qty": 2, "price": 9.99}, {"sku": "XYZ-0001", "qty": 1, "price": 120}], "created": "2024-06-01T12:30:00Z", "notes": "leave at the door"})",
-                  R"({"id":"00000000-0000-4000-8000-000000000000","items":[{"sku":"QQQ-9999","qty":10,"price":0.5}],"created":"2023-12-31T23:59:59+01:00","notes":null})"}});
-    v.push_back({"tool_call", schema(R"({"type":"object","properties":{"name":{"const":"get_weather"},"arguments":{"type":"object",
+         {R"({"id": "3f2b8c1e-9d4a-4b7e-8f21-6a5c0d9e7b13", "items": [{"sku": "ABC-1234", "qty": 2, "price": 9.99}, {"sku": "XYZ-0001", "qty": 1, "price": 120}], "created": "2024-06-01T12:30:00Z", "notes": "leave at the door"})",
+          R"({"id":"00000000-0000-4000-8000-000000000000","items":[{"sku":"QQQ-9999","qty":10,"price":0.5}],"created":"2023-12-31T23:59:59+01:00","notes":null})"}});
+    v.push_back(
+        {"tool_call",
+         schema(R"({"type":"object","properties":{"name":{"const":"get_weather"},"arguments":{"type":"object",
         "properties":{"location":{"type":"string"},"unit":{"enum":["celsius","fahrenheit"]},"days":{"type":"integer","minimum":1,"maximum":14}},
         "required":["location","unit","days"],"additionalProperties":false}},"required":["name","arguments"],"additionalProperties":false})"),
-                 {R"({"name": "get_weather", "arguments": {"location": "San Francisco, CA", "unit": "fahrenheit", "days": 3}})",
-                  R"({"name":"get_weather","arguments":{"location":"Zürich","unit":"celsius","days":14}})"}});
-    v.push_back({"recursive", schema(R"({"$defs":{"node":{"type":"object","properties":{"text":{"type":"string"},"replies":{"type":"array","items":{"$ref":"#/$defs/node"}}},
+         {R"({"name": "get_weather", "arguments": {"location": "San Francisco, CA", "unit": "fahrenheit", "days": 3}})",
+          R"({"name":"get_weather","arguments":{"location":"Zürich","unit":"celsius","days":14}})"}});
+    v.push_back(
+        {"recursive",
+         schema(
+             R"({"$defs":{"node":{"type":"object","properties":{"text":{"type":"string"},"replies":{"type":"array","items":{"$ref":"#/$defs/node"}}},
         "required":["text","replies"],"additionalProperties":false}},"$ref":"#/$defs/node"})"),
-                 {R"({"text": "root", "replies": [{"text": "a", "replies": [{"text": "a1", "replies": []}]}, {"text": "b", "replies": []}]})",
-                  R"({"text":"only","replies":[]})"}});
+         {R"({"text": "root", "replies": [{"text": "a", "replies": [{"text": "a1", "replies": []}]}, {"text": "b", "replies": []}]})",
+          R"({"text":"only","replies":[]})"}});
     Constraint re;
     re.kind = Constraint::Kind::Regex;
     re.text = R"(\+?[0-9]{1,3}[ -]?\(?[0-9]{3}\)?[ -]?[0-9]{3}[ -]?[0-9]{4})";
@@ -105,8 +119,8 @@ double pct(std::vector<double> v, double p) {
 }
 
 // One pass over every output: mask times in microseconds; exits on a disallowed token.
-std::vector<double> run_pass(const std::shared_ptr<const TokenAutomaton>& a, const std::vector<std::vector<int32_t>>& outputs,
-                             int32_t eog, const char* name) {
+std::vector<double> run_pass(const std::shared_ptr<const TokenAutomaton>& a,
+                             const std::vector<std::vector<int32_t>>& outputs, int32_t eog, const char* name) {
     std::vector<double> t;
     std::vector<uint32_t> mask(a->vocab().mask_words());
     for (const auto& toks : outputs) {
@@ -150,12 +164,16 @@ int main(int argc, char** argv) {
         else if (a == "--only") only = next();
         else if (a == "--rounds") rounds = std::stoi(next());
         else {
-            std::fprintf(stderr, "usage: loom-bench-grammar --vocab A.gguf [--extra B.gguf ...] [--n-vocab N] [--runs R] [--rounds N] [--only NAME]\n");
+            std::fprintf(stderr,
+                         "usage: loom-bench-grammar --vocab A.gguf [--extra B.gguf ...] [--n-vocab N] [--runs R] "
+                         "[--rounds N] [--only NAME]\n");
             return 2;
         }
     }
     if (vocab_path.empty()) {
-        std::fprintf(stderr, "usage: loom-bench-grammar --vocab A.gguf [--extra B.gguf ...] [--n-vocab N] [--runs R] [--rounds N] [--only NAME]\n");
+        std::fprintf(stderr,
+                     "usage: loom-bench-grammar --vocab A.gguf [--extra B.gguf ...] [--n-vocab N] [--runs R] [--rounds "
+                     "N] [--only NAME]\n");
         return 2;
     }
     const auto tok = loom::model::Tokenizer::from_gguf(loom::model::GgufFile::open(vocab_path));
@@ -182,7 +200,9 @@ int main(int argc, char** argv) {
     auto vocab = std::make_shared<const VocabBytes>(bytes, eog);
     std::printf("vocabulary: %zu tokens (%zu trie nodes), built in %.1f ms\n\n", bytes.size(), vocab->trie().n_nodes(),
                 us_since(t0) / 1000);
-    std::printf("| constraint | compile ms | states | cold median / p99 / max us | warm median / p99 us | tokens | precompute ms |\n");
+    std::printf(
+        "| constraint | compile ms | states | cold median / p99 / max us | warm median / p99 us | tokens | precompute "
+        "ms |\n");
     std::printf("|---|---|---|---|---|---|---|\n");
     for (const Case& c : cases()) {
         if (!only.empty() && only != c.name) continue;

@@ -88,15 +88,13 @@ int main(int argc, char** argv) {
                               GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
     std::printf("matrix %lld x %lld, one thread; multi = dot_row_multi with %lld vectors\n",
                 static_cast<long long>(rows), static_cast<long long>(n), static_cast<long long>(vecs));
-    std::printf("%-7s %9s %9s %9s %9s %11s %10s\n", "type", "MB", "GB/s", "Gw/s", "vs f32", "multi Gw/s",
-                "multi vs");
+    std::printf("%-7s %9s %9s %9s %9s %11s %10s\n", "type", "MB", "GB/s", "Gw/s", "vs f32", "multi Gw/s", "multi vs");
     Result f32;
     for (GgmlType gt : types) {
         const auto type = static_cast<uint32_t>(gt);
         const uint64_t rb = loom::model::row_bytes(type, n);
         std::vector<uint8_t> q(rb * static_cast<size_t>(rows));
-        for (int64_t r = 0; r < rows; ++r)
-            loom::model::quantize_row(type, w.data() + r * n, q.data() + r * rb, n);
+        for (int64_t r = 0; r < rows; ++r) loom::model::quantize_row(type, w.data() + r * n, q.data() + r * rb, n);
         Result res;
         res.seconds_per_product = time_it(
             [&] {
@@ -115,8 +113,8 @@ int main(int argc, char** argv) {
         if (gt == GgmlType::F32) f32 = res;
         const double bytes = static_cast<double>(q.size());
         const double weights = static_cast<double>(n * rows);
-        std::printf("%-7s %9.1f %9.2f %9.2f %8.2fx %11.2f %9.2fx\n", loom::model::type_name(type).c_str(),
-                    bytes / 1e6, bytes / res.seconds_per_product / 1e9, weights / res.seconds_per_product / 1e9,
+        std::printf("%-7s %9.1f %9.2f %9.2f %8.2fx %11.2f %9.2fx\n", loom::model::type_name(type).c_str(), bytes / 1e6,
+                    bytes / res.seconds_per_product / 1e9, weights / res.seconds_per_product / 1e9,
                     f32.seconds_per_product / res.seconds_per_product,
                     weights * static_cast<double>(vecs) / res.seconds_per_multi / 1e9,
                     f32.seconds_per_multi / res.seconds_per_multi);

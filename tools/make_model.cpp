@@ -86,8 +86,14 @@ Options parse(int argc, char** argv) {
     std::map<std::string, std::string> flags;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
-        if (a == "--tied") { flags[a] = "1"; continue; }
-        if (a == "--help" || a == "-h") { flags["--help"] = "1"; continue; }
+        if (a == "--tied") {
+            flags[a] = "1";
+            continue;
+        }
+        if (a == "--help" || a == "-h") {
+            flags["--help"] = "1";
+            continue;
+        }
         if (a.rfind("--", 0) != 0) throw std::invalid_argument("unexpected argument '" + a + "' (see --help)");
         if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value (see --help)");
         flags[a] = argv[++i];
@@ -150,18 +156,18 @@ Options parse(int argc, char** argv) {
 // ---- types ---------------------------------------------------------------------
 
 struct TypeChoice {
-    GgmlType matrix;      // every weight matrix
-    uint32_t file_type;   // general.file_type (llama_ftype)
-    bool k_m = false;     // q4_k_m mixture
+    GgmlType matrix;     // every weight matrix
+    uint32_t file_type;  // general.file_type (llama_ftype)
+    bool k_m = false;    // q4_k_m mixture
 };
 
 TypeChoice choose_type(const std::string& t) {
     static const std::map<std::string, TypeChoice> table = {
-        {"f32", {GgmlType::F32, 0}},     {"f16", {GgmlType::F16, 1}},     {"bf16", {GgmlType::BF16, 32}},
-        {"q8_0", {GgmlType::Q8_0, 7}},   {"q4_0", {GgmlType::Q4_0, 2}},   {"q4_1", {GgmlType::Q4_1, 3}},
-        {"q5_0", {GgmlType::Q5_0, 8}},   {"q5_1", {GgmlType::Q5_1, 9}},   {"q2_k", {GgmlType::Q2_K, 10}},
-        {"q3_k", {GgmlType::Q3_K, 11}},  {"q4_k", {GgmlType::Q4_K, 14}},  {"q5_k", {GgmlType::Q5_K, 16}},
-        {"q6_k", {GgmlType::Q6_K, 18}},  {"iq4_nl", {GgmlType::IQ4_NL, 25}}, {"iq4_xs", {GgmlType::IQ4_XS, 30}},
+        {"f32", {GgmlType::F32, 0}},           {"f16", {GgmlType::F16, 1}},        {"bf16", {GgmlType::BF16, 32}},
+        {"q8_0", {GgmlType::Q8_0, 7}},         {"q4_0", {GgmlType::Q4_0, 2}},      {"q4_1", {GgmlType::Q4_1, 3}},
+        {"q5_0", {GgmlType::Q5_0, 8}},         {"q5_1", {GgmlType::Q5_1, 9}},      {"q2_k", {GgmlType::Q2_K, 10}},
+        {"q3_k", {GgmlType::Q3_K, 11}},        {"q4_k", {GgmlType::Q4_K, 14}},     {"q5_k", {GgmlType::Q5_K, 16}},
+        {"q6_k", {GgmlType::Q6_K, 18}},        {"iq4_nl", {GgmlType::IQ4_NL, 25}}, {"iq4_xs", {GgmlType::IQ4_XS, 30}},
         {"q4_k_m", {GgmlType::Q4_K, 15, true}}};
     auto it = table.find(t);
     if (it == table.end()) throw std::invalid_argument("unknown --type " + t);
@@ -175,7 +181,9 @@ GgmlType fit_type(GgmlType t, uint64_t row) {
     if (row % bs == 0) return t;
     GgmlType f = GgmlType::F16;
     switch (t) {
-        case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::IQ4_XS: f = GgmlType::IQ4_NL; break;
+        case GgmlType::Q2_K:
+        case GgmlType::Q3_K:
+        case GgmlType::IQ4_XS: f = GgmlType::IQ4_NL; break;
         case GgmlType::Q4_K: f = GgmlType::Q5_0; break;
         case GgmlType::Q5_K: f = GgmlType::Q5_1; break;
         case GgmlType::Q6_K: f = GgmlType::Q8_0; break;
@@ -457,9 +465,8 @@ int main(int argc, char** argv) {
         return 1;
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%s: %s %s, %d layers, dim %d, %zu tensors, %.3f GB in %.2f s (%.2f GB/s, %d threads)\n",
-                o.out.c_str(), o.arch.c_str(), o.type.c_str(), o.layers, o.dim, plan.size(),
-                static_cast<double>(w.file_size()) / 1e9, secs, static_cast<double>(w.file_size()) / 1e9 / secs,
-                o.threads);
+    std::printf("%s: %s %s, %d layers, dim %d, %zu tensors, %.3f GB in %.2f s (%.2f GB/s, %d threads)\n", o.out.c_str(),
+                o.arch.c_str(), o.type.c_str(), o.layers, o.dim, plan.size(), static_cast<double>(w.file_size()) / 1e9,
+                secs, static_cast<double>(w.file_size()) / 1e9 / secs, o.threads);
     return 0;
 }

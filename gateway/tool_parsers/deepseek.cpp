@@ -42,125 +42,123 @@ private:
 
     bool step() override {
         switch (st_) {
-        case St::Content: {
-            size_t w = 0;
-            const int m = scan_until({kCallsBegin, kCallBegin}, Part::Content, w);
-            if (m < 0) return false;
-            held_ = w + (m == 0 ? kCallsBegin : kCallBegin).size();
-            header_ = held_;
-            st_ = m == 0 ? St::Begin : St::Header;
-            return true;
-        }
-        case St::Begin: {
-            const size_t at = held_ + ws_at(held_);
-            if (at == buf_.size()) return final_ ? fail() : false;
-            const Match m = match(kCallBegin, at);
-            if (m == Match::Partial) return false;
-            if (m == Match::No) return fail();
-            header_ = at + kCallBegin.size();
-            st_ = St::Header;
-            return true;
-        }
-        case St::Header: {
-            sep_ = buf_.find(kSep, header_);
-            if (sep_ == std::string::npos) {
-                if (final_ || buf_.size() - header_ > kMaxName + kSep.size()) return fail();
-                return false;
-            }
-            st_ = St::AfterSep;
-            return true;
-        }
-        case St::AfterSep: {
-            const size_t after = sep_ + kSep.size();
-            bool wait = false;
-            const size_t b = brace_at(after, wait);
-            if (wait) return false;
-            if (b != std::string::npos) {  // V3.1: the header is the name
-                if (!plausible_name(std::string_view(buf_).substr(header_, sep_ - header_))) return fail();
-                r1_ = false;
-                return commit(header_, sep_, b);
-            }
-            if (after + ws_at(after) == buf_.size()) return fail();  // final, nothing after the separator
-            r1_ = true;
-            st_ = St::R1Name;
-            return true;
-        }
-        case St::R1Name: {
-            const size_t nb = sep_ + kSep.size();
-            const size_t nl = buf_.find('\n', nb);
-            if (nl == std::string::npos) {
-                if (final_ || buf_.size() - nb > kMaxName) return fail();
-                return false;
-            }
-            size_t ne = nl;
-            if (ne > nb && buf_[ne - 1] == '\r') --ne;
-            if (!plausible_name(std::string_view(buf_).substr(nb, ne - nb))) return fail();
-            const size_t f = nl + 1 + ws_at(nl + 1);
-            const Match m = match(kFence, f);
-            if (m == Match::Partial || (f == buf_.size() && !final_)) return false;
-            if (m == Match::No) return fail();
-            bool wait = false;
-            const size_t b = brace_at(f + kFence.size(), wait);
-            if (wait) return false;
-            if (b == std::string::npos) return fail();
-            return commit(nb, ne, b);
-        }
-        case St::Args:
-            switch (read_args()) {
-            case Read::More: return false;
-            case Read::Closed:
-                call_finished();
-                fence_seen_ = !r1_;
-                st_ = St::AfterArgs;
-                return true;
-            default:
-                st_ = St::Tail;
+            case St::Content: {
+                size_t w = 0;
+                const int m = scan_until({kCallsBegin, kCallBegin}, Part::Content, w);
+                if (m < 0) return false;
+                held_ = w + (m == 0 ? kCallsBegin : kCallBegin).size();
+                header_ = held_;
+                st_ = m == 0 ? St::Begin : St::Header;
                 return true;
             }
-        case St::AfterArgs: {
-            emit(Part::Marker, ws_at(0));
-            if (buf_.empty()) return false;
-            if (!fence_seen_) {
-                const Match m = match(kFenceEnd);
+            case St::Begin: {
+                const size_t at = held_ + ws_at(held_);
+                if (at == buf_.size()) return final_ ? fail() : false;
+                const Match m = match(kCallBegin, at);
                 if (m == Match::Partial) return false;
-                if (m == Match::Full) emit(Part::Marker, kFenceEnd.size());
-                fence_seen_ = true;
+                if (m == Match::No) return fail();
+                header_ = at + kCallBegin.size();
+                st_ = St::Header;
                 return true;
             }
-            const Match m = match(kCallEnd);
-            if (m == Match::Partial) return false;
-            if (m == Match::Full) emit(Part::Marker, kCallEnd.size());
-            st_ = St::Next;
-            return true;
-        }
-        case St::Next: {
-            emit(Part::Marker, ws_at(0));
-            if (buf_.empty()) return false;
-            const Match a = match(kCallBegin), b = match(kCallsEnd);
-            if (a == Match::Partial || b == Match::Partial) return false;
-            if (a == Match::Full) {
-                held_ = header_ = kCallBegin.size();
-                st_ = St::Header;
-            } else if (b == Match::Full) {
-                emit(Part::Marker, kCallsEnd.size());
-                st_ = St::AfterEnd;
-            } else {
-                st_ = St::Content;
+            case St::Header: {
+                sep_ = buf_.find(kSep, header_);
+                if (sep_ == std::string::npos) {
+                    if (final_ || buf_.size() - header_ > kMaxName + kSep.size()) return fail();
+                    return false;
+                }
+                st_ = St::AfterSep;
+                return true;
             }
-            return true;
-        }
-        case St::AfterEnd:
-            emit(Part::Marker, ws_at(0));
-            if (buf_.empty()) return false;
-            st_ = St::Content;
-            return true;
-        case St::Tail: {
-            size_t w = 0;
-            if (scan_until({kCallEnd}, Part::Arguments, w, broken_call()) < 0) return false;
-            emit(Part::Marker, w + kCallEnd.size());
-            st_ = St::Next;
-            return true;
-        }
+            case St::AfterSep: {
+                const size_t after = sep_ + kSep.size();
+                bool wait = false;
+                const size_t b = brace_at(after, wait);
+                if (wait) return false;
+                if (b != std::string::npos) {  // V3.1: the header is the name
+                    if (!plausible_name(std::string_view(buf_).substr(header_, sep_ - header_))) return fail();
+                    r1_ = false;
+                    return commit(header_, sep_, b);
+                }
+                if (after + ws_at(after) == buf_.size()) return fail();  // final, nothing after the separator
+                r1_ = true;
+                st_ = St::R1Name;
+                return true;
+            }
+            case St::R1Name: {
+                const size_t nb = sep_ + kSep.size();
+                const size_t nl = buf_.find('\n', nb);
+                if (nl == std::string::npos) {
+                    if (final_ || buf_.size() - nb > kMaxName) return fail();
+                    return false;
+                }
+                size_t ne = nl;
+                if (ne > nb && buf_[ne - 1] == '\r') --ne;
+                if (!plausible_name(std::string_view(buf_).substr(nb, ne - nb))) return fail();
+                const size_t f = nl + 1 + ws_at(nl + 1);
+                const Match m = match(kFence, f);
+                if (m == Match::Partial || (f == buf_.size() && !final_)) return false;
+                if (m == Match::No) return fail();
+                bool wait = false;
+                const size_t b = brace_at(f + kFence.size(), wait);
+                if (wait) return false;
+                if (b == std::string::npos) return fail();
+                return commit(nb, ne, b);
+            }
+            case St::Args:
+                switch (read_args()) {
+                    case Read::More: return false;
+                    case Read::Closed:
+                        call_finished();
+                        fence_seen_ = !r1_;
+                        st_ = St::AfterArgs;
+                        return true;
+                    default: st_ = St::Tail; return true;
+                }
+            case St::AfterArgs: {
+                emit(Part::Marker, ws_at(0));
+                if (buf_.empty()) return false;
+                if (!fence_seen_) {
+                    const Match m = match(kFenceEnd);
+                    if (m == Match::Partial) return false;
+                    if (m == Match::Full) emit(Part::Marker, kFenceEnd.size());
+                    fence_seen_ = true;
+                    return true;
+                }
+                const Match m = match(kCallEnd);
+                if (m == Match::Partial) return false;
+                if (m == Match::Full) emit(Part::Marker, kCallEnd.size());
+                st_ = St::Next;
+                return true;
+            }
+            case St::Next: {
+                emit(Part::Marker, ws_at(0));
+                if (buf_.empty()) return false;
+                const Match a = match(kCallBegin), b = match(kCallsEnd);
+                if (a == Match::Partial || b == Match::Partial) return false;
+                if (a == Match::Full) {
+                    held_ = header_ = kCallBegin.size();
+                    st_ = St::Header;
+                } else if (b == Match::Full) {
+                    emit(Part::Marker, kCallsEnd.size());
+                    st_ = St::AfterEnd;
+                } else {
+                    st_ = St::Content;
+                }
+                return true;
+            }
+            case St::AfterEnd:
+                emit(Part::Marker, ws_at(0));
+                if (buf_.empty()) return false;
+                st_ = St::Content;
+                return true;
+            case St::Tail: {
+                size_t w = 0;
+                if (scan_until({kCallEnd}, Part::Arguments, w, broken_call()) < 0) return false;
+                emit(Part::Marker, w + kCallEnd.size());
+                st_ = St::Next;
+                return true;
+            }
         }
         return false;
     }

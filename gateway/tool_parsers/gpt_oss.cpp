@@ -40,58 +40,58 @@ private:
 
     bool step() override {
         switch (st_) {
-        case St::MsgStart: {
-            emit(Part::Marker, ws_at(0));
-            if (buf_.empty()) return false;
-            bool partial = false;
-            for (const std::string& h : {kStart, kChannel, kConstrain, kMessage, std::string("to=")}) {
-                const Match m = match(h);
-                if (m == Match::Full) {
-                    st_ = St::Header;
-                    return true;
+            case St::MsgStart: {
+                emit(Part::Marker, ws_at(0));
+                if (buf_.empty()) return false;
+                bool partial = false;
+                for (const std::string& h : {kStart, kChannel, kConstrain, kMessage, std::string("to=")}) {
+                    const Match m = match(h);
+                    if (m == Match::Full) {
+                        st_ = St::Header;
+                        return true;
+                    }
+                    partial = partial || m == Match::Partial;
                 }
-                partial = partial || m == Match::Partial;
+                if (partial) return false;
+                body(Part::Content, -1);  // a message without a header
+                return true;
             }
-            if (partial) return false;
-            body(Part::Content, -1);  // a message without a header
-            return true;
-        }
-        case St::Header: {
-            const size_t m = buf_.find(kMessage);
-            if (m == std::string::npos) {
-                if (buf_.size() > kMaxHeader || final_) {
-                    body(Part::Content, -1);  // never a header: its text is content
-                    return true;
+            case St::Header: {
+                const size_t m = buf_.find(kMessage);
+                if (m == std::string::npos) {
+                    if (buf_.size() > kMaxHeader || final_) {
+                        body(Part::Content, -1);  // never a header: its text is content
+                        return true;
+                    }
+                    return false;
                 }
-                return false;
+                const std::string_view h = std::string_view(buf_).substr(0, m);
+                size_t at = 0, rat = 0;
+                const std::string channel(word_after(h, kChannel, at));  // a copy: emit() moves buf_
+                const std::string_view to = word_after(h, "to=", rat);
+                const std::string_view fn = "functions.";
+                if (opts_.calls && to.starts_with(fn) && plausible_name(to.substr(fn.size()))) {
+                    const size_t nb = rat + fn.size(), ne = rat + to.size();
+                    body(Part::Arguments, start_named_call(nb, ne, m + kMessage.size()));
+                } else {
+                    emit(Part::Marker, m + kMessage.size());
+                    body(channel == "analysis" ? Part::Reasoning : Part::Content, -1);
+                }
+                return true;
             }
-            const std::string_view h = std::string_view(buf_).substr(0, m);
-            size_t at = 0, rat = 0;
-            const std::string channel(word_after(h, kChannel, at));  // a copy: emit() moves buf_
-            const std::string_view to = word_after(h, "to=", rat);
-            const std::string_view fn = "functions.";
-            if (opts_.calls && to.starts_with(fn) && plausible_name(to.substr(fn.size()))) {
-                const size_t nb = rat + fn.size(), ne = rat + to.size();
-                body(Part::Arguments, start_named_call(nb, ne, m + kMessage.size()));
-            } else {
-                emit(Part::Marker, m + kMessage.size());
-                body(channel == "analysis" ? Part::Reasoning : Part::Content, -1);
+            case St::Body: {
+                emit(Part::Marker, leading_ ? ws_at(0) : 0);
+                if (buf_.empty()) return false;
+                leading_ = false;
+                size_t w = 0;
+                const int m = scan_until({kEnd, kCall, kReturn, kStart, kChannel}, part_, w, body_call_);
+                if (m < 0) return false;
+                emit(Part::Marker, w);
+                if (m <= 2) emit(Part::Marker, (m == 0 ? kEnd : m == 1 ? kCall : kReturn).size());
+                if (body_call_ >= 0) call_finished();
+                st_ = St::MsgStart;
+                return true;
             }
-            return true;
-        }
-        case St::Body: {
-            emit(Part::Marker, leading_ ? ws_at(0) : 0);
-            if (buf_.empty()) return false;
-            leading_ = false;
-            size_t w = 0;
-            const int m = scan_until({kEnd, kCall, kReturn, kStart, kChannel}, part_, w, body_call_);
-            if (m < 0) return false;
-            emit(Part::Marker, w);
-            if (m <= 2) emit(Part::Marker, (m == 0 ? kEnd : m == 1 ? kCall : kReturn).size());
-            if (body_call_ >= 0) call_finished();
-            st_ = St::MsgStart;
-            return true;
-        }
         }
         return false;
     }

@@ -37,64 +37,60 @@ private:
 
     bool step() override {
         switch (m_) {
-        case M::Off: {
-            // After [TOOL_CALLS], anything but '[' starts the name form.
-            if (st_ == St::ArrayOpen) {
-                const size_t w = ws_at(skip_);
-                if (skip_ + w < buf_.size() && buf_[skip_ + w] != '[') {
-                    held_ = skip_;
-                    name_at_ = skip_ + w;
-                    m_ = M::Name;
-                    return true;
+            case M::Off: {
+                // After [TOOL_CALLS], anything but '[' starts the name form.
+                if (st_ == St::ArrayOpen) {
+                    const size_t w = ws_at(skip_);
+                    if (skip_ + w < buf_.size() && buf_[skip_ + w] != '[') {
+                        held_ = skip_;
+                        name_at_ = skip_ + w;
+                        m_ = M::Name;
+                        return true;
+                    }
                 }
+                return JsonSectionParser::step();
             }
-            return JsonSectionParser::step();
-        }
-        case M::Name: {
-            const size_t bracket = buf_.find('[', name_at_);
-            if (bracket == std::string::npos) {
-                if (final_ || buf_.size() - name_at_ > kMaxName) return fail();
-                return false;
-            }
-            if (!plausible_name(std::string_view(buf_).substr(name_at_, bracket - name_at_))) return fail();
-            size_t args = bracket;
-            const Match id = match(kCallId, bracket);
-            if (id == Match::Partial) return false;
-            if (id == Match::Full) {
-                args = buf_.find(kArgs, bracket + kCallId.size());
-                if (args == std::string::npos) {
-                    if (final_ || buf_.size() - bracket > 128) return fail();
+            case M::Name: {
+                const size_t bracket = buf_.find('[', name_at_);
+                if (bracket == std::string::npos) {
+                    if (final_ || buf_.size() - name_at_ > kMaxName) return fail();
                     return false;
                 }
-            }
-            const Match a = match(kArgs, args);
-            if (a == Match::Partial) return false;
-            if (a == Match::No) return fail();
-            const size_t w = ws_at(args + kArgs.size());
-            const size_t brace = args + kArgs.size() + w;
-            if (brace == buf_.size()) return final_ ? fail() : false;
-            if (buf_[brace] != '{') return fail();
-            begin_args(start_named_call(name_at_, bracket, brace));
-            m_ = M::Args;
-            return true;
-        }
-        case M::Args:
-            switch (read_args()) {
-            case Read::More: return false;
-            case Read::Closed:
-                call_finished();
-                m_ = M::Off;
-                st_ = St::AfterEnd;  // whitespace, then content (or the next [TOOL_CALLS])
-                return true;
-            case Read::Broken:
-            case Read::Failed:
-                m_ = M::Tail;
+                if (!plausible_name(std::string_view(buf_).substr(name_at_, bracket - name_at_))) return fail();
+                size_t args = bracket;
+                const Match id = match(kCallId, bracket);
+                if (id == Match::Partial) return false;
+                if (id == Match::Full) {
+                    args = buf_.find(kArgs, bracket + kCallId.size());
+                    if (args == std::string::npos) {
+                        if (final_ || buf_.size() - bracket > 128) return fail();
+                        return false;
+                    }
+                }
+                const Match a = match(kArgs, args);
+                if (a == Match::Partial) return false;
+                if (a == Match::No) return fail();
+                const size_t w = ws_at(args + kArgs.size());
+                const size_t brace = args + kArgs.size() + w;
+                if (brace == buf_.size()) return final_ ? fail() : false;
+                if (buf_[brace] != '{') return fail();
+                begin_args(start_named_call(name_at_, bracket, brace));
+                m_ = M::Args;
                 return true;
             }
-            return false;
-        case M::Tail:
-            emit(Part::Arguments, buf_.size(), broken_call());
-            return false;
+            case M::Args:
+                switch (read_args()) {
+                    case Read::More: return false;
+                    case Read::Closed:
+                        call_finished();
+                        m_ = M::Off;
+                        st_ = St::AfterEnd;  // whitespace, then content (or the next [TOOL_CALLS])
+                        return true;
+                    case Read::Broken:
+                    case Read::Failed: m_ = M::Tail; return true;
+                }
+                return false;
+            case M::Tail: emit(Part::Arguments, buf_.size(), broken_call()); return false;
         }
         return false;
     }

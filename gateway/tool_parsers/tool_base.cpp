@@ -46,7 +46,10 @@ void ToolParserBase::commit() {
     const size_t scanned = idx(scan_.pos());
     const size_t ab = idx(am->value_begin), ae = am->value_end == std::string::npos ? scanned : idx(am->value_end);
     // The held text in order: envelope, name and arguments (in either order), envelope.
-    struct Run { size_t b, e; Part p; };
+    struct Run {
+        size_t b, e;
+        Part p;
+    };
     Run runs[2] = {{nb, ne, Part::Name}, {ab, ae, Part::Arguments}};
     if (runs[1].b < runs[0].b) std::swap(runs[0], runs[1]);
     size_t at = 0;
@@ -74,9 +77,7 @@ void ToolParserBase::emit_scanned(size_t n) {
 }
 
 ToolParserBase::Read ToolParserBase::read_object() {
-    auto index = [&](size_t scan_offset) {
-        return static_cast<size_t>(static_cast<long long>(scan_offset) - origin_);
-    };
+    auto index = [&](size_t scan_offset) { return static_cast<size_t>(static_cast<long long>(scan_offset) - origin_); };
     if (call_ < 0) {
         // Byte by byte until the commit, so that it happens at the same byte however
         // the text arrives.
@@ -169,139 +170,135 @@ bool JsonSectionParser::step() {
         return true;
     };
     switch (st_) {
-    case St::Start: {
-        const size_t w = ws_at(0);
-        if (w == buf_.size() && !final_) return false;
-        for (size_t i = 0; i < syn_.starts.size(); ++i) {
-            const Match m = match(syn_.starts[i], w);
-            if (m == Match::Partial) return false;
-            if (m == Match::Full) {
-                start_ = static_cast<int>(i);
-                skip_ = w + syn_.starts[i].size();
+        case St::Start: {
+            const size_t w = ws_at(0);
+            if (w == buf_.size() && !final_) return false;
+            for (size_t i = 0; i < syn_.starts.size(); ++i) {
+                const Match m = match(syn_.starts[i], w);
+                if (m == Match::Partial) return false;
+                if (m == Match::Full) {
+                    start_ = static_cast<int>(i);
+                    skip_ = w + syn_.starts[i].size();
+                    return open();
+                }
+            }
+            if (w < buf_.size() && buf_[w] == (syn_.array ? '[' : '{')) {
+                start_ = -1;
+                skip_ = w;
                 return open();
             }
+            st_ = St::Passthrough;
+            return true;
         }
-        if (w < buf_.size() && buf_[w] == (syn_.array ? '[' : '{')) {
-            start_ = -1;
-            skip_ = w;
+        case St::Passthrough: emit(Part::Content, buf_.size()); return false;
+        case St::Content: {
+            size_t w = 0;
+            const int m = scan_until(syn_.starts, Part::Content, w);
+            if (m < 0) return false;
+            start_ = m;
+            skip_ = w + syn_.starts[static_cast<size_t>(m)].size();
             return open();
         }
-        st_ = St::Passthrough;
-        return true;
-    }
-    case St::Passthrough:
-        emit(Part::Content, buf_.size());
-        return false;
-    case St::Content: {
-        size_t w = 0;
-        const int m = scan_until(syn_.starts, Part::Content, w);
-        if (m < 0) return false;
-        start_ = m;
-        skip_ = w + syn_.starts[static_cast<size_t>(m)].size();
-        return open();
-    }
-    case St::Fence: {
-        const std::string& fence = syn_.fences[static_cast<size_t>(start_)];
-        const size_t w = ws_at(skip_);
-        if (skip_ + w == buf_.size()) return final_ ? fail() : false;
-        const Match m = match(fence, skip_ + w);
-        if (m == Match::Partial) return false;
-        if (m == Match::No) return fail();
-        skip_ += w + fence.size();
-        if (syn_.array) {
-            st_ = St::ArrayOpen;
-            return true;
-        }
-        begin_object(skip_, syn_.keys);
-        st_ = St::Object;
-        return true;
-    }
-    case St::ArrayOpen: {
-        const size_t w = ws_at(skip_);
-        if (skip_ + w == buf_.size()) return final_ ? fail() : false;
-        if (buf_[skip_ + w] != '[') return fail();
-        begin_object(skip_ + w + 1, syn_.keys);
-        st_ = St::Object;
-        return true;
-    }
-    case St::Object:
-        switch (read_object()) {
-        case Read::More: return false;
-        case Read::Failed:
-            if (first_item_) return fail();
-            st_ = content;  // a later item is not a call: the rest is content
-            return true;
-        case Read::Closed:
-            call_finished();
-            st_ = St::AfterObject;
-            return true;
-        case Read::Broken:
-            st_ = St::Tail;
-            return true;
-        }
-        return false;
-    case St::AfterObject: {
-        emit(Part::Marker, ws_at(0));
-        if (buf_.empty()) return false;
-        if (syn_.array) {
-            if (buf_[0] == ',' || buf_[0] == ']') {
-                st_ = buf_[0] == ',' ? St::NextItem : St::AfterSection;
-                emit(Part::Marker, 1);
+        case St::Fence: {
+            const std::string& fence = syn_.fences[static_cast<size_t>(start_)];
+            const size_t w = ws_at(skip_);
+            if (skip_ + w == buf_.size()) return final_ ? fail() : false;
+            const Match m = match(fence, skip_ + w);
+            if (m == Match::Partial) return false;
+            if (m == Match::No) return fail();
+            skip_ += w + fence.size();
+            if (syn_.array) {
+                st_ = St::ArrayOpen;
                 return true;
             }
-            st_ = content;  // the array ends early; what follows is content
+            begin_object(skip_, syn_.keys);
+            st_ = St::Object;
             return true;
         }
-        if (!syn_.separator.empty()) {
-            const Match m = match(syn_.separator);
-            if (m == Match::Partial) return false;
-            if (m == Match::Full) {
-                emit(Part::Marker, syn_.separator.size());
-                st_ = St::NextItem;
-                return true;
+        case St::ArrayOpen: {
+            const size_t w = ws_at(skip_);
+            if (skip_ + w == buf_.size()) return final_ ? fail() : false;
+            if (buf_[skip_ + w] != '[') return fail();
+            begin_object(skip_ + w + 1, syn_.keys);
+            st_ = St::Object;
+            return true;
+        }
+        case St::Object:
+            switch (read_object()) {
+                case Read::More: return false;
+                case Read::Failed:
+                    if (first_item_) return fail();
+                    st_ = content;  // a later item is not a call: the rest is content
+                    return true;
+                case Read::Closed:
+                    call_finished();
+                    st_ = St::AfterObject;
+                    return true;
+                case Read::Broken: st_ = St::Tail; return true;
             }
-        }
-        st_ = St::AfterSection;
-        return true;
-    }
-    case St::NextItem:  // after a separator: its whitespace, then the next call
-        emit(Part::Marker, ws_at(0));
-        if (buf_.empty()) return false;
-        first_item_ = false;
-        begin_object(0, syn_.keys);
-        st_ = St::Object;
-        return true;
-    case St::AfterSection: {
-        emit(Part::Marker, ws_at(0));
-        const std::string& end = start_ >= 0 ? syn_.ends[static_cast<size_t>(start_)] : std::string();
-        if (!end.empty()) {
-            if (buf_.empty()) return false;
-            const Match m = match(end);
-            if (m == Match::Partial) return false;
-            if (m == Match::Full) emit(Part::Marker, end.size());
-        }
-        st_ = St::AfterEnd;
-        return true;
-    }
-    case St::AfterEnd:
-        emit(Part::Marker, ws_at(0));
-        if (buf_.empty()) return false;
-        st_ = content;
-        return true;
-    case St::Tail: {
-        const std::string& end = start_ >= 0 ? syn_.ends[static_cast<size_t>(start_)] : std::string();
-        const Part p = broken_part();
-        const int call = p == Part::Marker ? -1 : broken_call();
-        if (end.empty()) {
-            emit(p, buf_.size(), call);
             return false;
+        case St::AfterObject: {
+            emit(Part::Marker, ws_at(0));
+            if (buf_.empty()) return false;
+            if (syn_.array) {
+                if (buf_[0] == ',' || buf_[0] == ']') {
+                    st_ = buf_[0] == ',' ? St::NextItem : St::AfterSection;
+                    emit(Part::Marker, 1);
+                    return true;
+                }
+                st_ = content;  // the array ends early; what follows is content
+                return true;
+            }
+            if (!syn_.separator.empty()) {
+                const Match m = match(syn_.separator);
+                if (m == Match::Partial) return false;
+                if (m == Match::Full) {
+                    emit(Part::Marker, syn_.separator.size());
+                    st_ = St::NextItem;
+                    return true;
+                }
+            }
+            st_ = St::AfterSection;
+            return true;
         }
-        size_t w = 0;
-        if (scan_until({end}, p, w, call) < 0) return false;
-        emit(Part::Marker, w + end.size());
-        st_ = St::AfterEnd;
-        return true;
-    }
+        case St::NextItem:  // after a separator: its whitespace, then the next call
+            emit(Part::Marker, ws_at(0));
+            if (buf_.empty()) return false;
+            first_item_ = false;
+            begin_object(0, syn_.keys);
+            st_ = St::Object;
+            return true;
+        case St::AfterSection: {
+            emit(Part::Marker, ws_at(0));
+            const std::string& end = start_ >= 0 ? syn_.ends[static_cast<size_t>(start_)] : std::string();
+            if (!end.empty()) {
+                if (buf_.empty()) return false;
+                const Match m = match(end);
+                if (m == Match::Partial) return false;
+                if (m == Match::Full) emit(Part::Marker, end.size());
+            }
+            st_ = St::AfterEnd;
+            return true;
+        }
+        case St::AfterEnd:
+            emit(Part::Marker, ws_at(0));
+            if (buf_.empty()) return false;
+            st_ = content;
+            return true;
+        case St::Tail: {
+            const std::string& end = start_ >= 0 ? syn_.ends[static_cast<size_t>(start_)] : std::string();
+            const Part p = broken_part();
+            const int call = p == Part::Marker ? -1 : broken_call();
+            if (end.empty()) {
+                emit(p, buf_.size(), call);
+                return false;
+            }
+            size_t w = 0;
+            if (scan_until({end}, p, w, call) < 0) return false;
+            emit(Part::Marker, w + end.size());
+            st_ = St::AfterEnd;
+            return true;
+        }
     }
     return false;
 }

@@ -79,8 +79,8 @@ private:
 
     JsonScanner scan_;
     const CallKeys* keys_ = nullptr;
-    long long origin_ = 0;        // scanner offset of buf_[0] (negative while held)
-    int call_ = -1;               // the call being read, once committed
+    long long origin_ = 0;                                  // scanner offset of buf_[0] (negative while held)
+    int call_ = -1;                                         // the call being read, once committed
     size_t args_begin_ = 0, args_end_ = std::string::npos;  // scanner offsets
     Part broken_part_ = Part::Arguments;
 };
@@ -106,12 +106,24 @@ public:
 protected:
     bool step() override;
 
-    enum class St { Start, Content, Fence, ArrayOpen, Object, AfterObject, NextItem, AfterSection, AfterEnd, Tail, Passthrough };
+    enum class St {
+        Start,
+        Content,
+        Fence,
+        ArrayOpen,
+        Object,
+        AfterObject,
+        NextItem,
+        AfterSection,
+        AfterEnd,
+        Tail,
+        Passthrough
+    };
     JsonSyntax syn_;
     St st_;
-    int start_ = -1;         // which start marker opened the section
-    size_t skip_ = 0;        // held bytes that become content when the section fails
-    bool first_item_ = true; // the object is the section's first
+    int start_ = -1;          // which start marker opened the section
+    size_t skip_ = 0;         // held bytes that become content when the section fails
+    bool first_item_ = true;  // the object is the section's first
 };
 
 }  // namespace loom::gateway::tools

@@ -22,8 +22,8 @@ GgufError::GgufError(const std::string& what, uint64_t offset)
 
 namespace {
 
-constexpr uint32_t kMaxDims = 4;        // GGML_MAX_DIMS
-constexpr int kMaxArrayNesting = 4;     // arrays of arrays deeper than this are refused
+constexpr uint32_t kMaxDims = 4;     // GGML_MAX_DIMS
+constexpr int kMaxArrayNesting = 4;  // arrays of arrays deeper than this are refused
 constexpr uint64_t kMaxKeyLength = 65535;
 // Arrays of arrays cost a GgufValue (~150 bytes) per element while the file spends
 // as little as 8 bytes on one, so their total element count is capped to keep memory
@@ -33,8 +33,7 @@ constexpr uint64_t kMaxNestedElements = uint64_t{1} << 16;
 // Bounds-checked little-endian reader over the file bytes.
 class Cursor {
 public:
-    Cursor(const uint8_t* base, size_t size, uint32_t version)
-        : base_(base), size_(size), version_(version) {}
+    Cursor(const uint8_t* base, size_t size, uint32_t version) : base_(base), size_(size), version_(version) {}
 
     uint64_t pos() const { return pos_; }
     /// Bytes of a count or length field: 4 in GGUF v1, 8 from v2 on.
@@ -43,9 +42,8 @@ public:
 
     void need(uint64_t n, const char* what) const {
         if (n > remaining())
-            throw GgufError(std::string("file truncated while reading ") + what + ": needs " +
-                                std::to_string(n) + " bytes, " + std::to_string(remaining()) +
-                                " left",
+            throw GgufError(std::string("file truncated while reading ") + what + ": needs " + std::to_string(n) +
+                                " bytes, " + std::to_string(remaining()) + " left",
                             pos_);
     }
     template <typename T>
@@ -57,17 +55,14 @@ public:
         return v;
     }
     // Counts and lengths are 32-bit in GGUF v1 and 64-bit from v2 on.
-    uint64_t read_size(const char* what) {
-        return version_ == 1 ? read<uint32_t>(what) : read<uint64_t>(what);
-    }
+    uint64_t read_size(const char* what) { return version_ == 1 ? read<uint32_t>(what) : read<uint64_t>(what); }
     // A length-prefixed string of at most max_len bytes; errors point at the length.
     std::string_view read_string(const char* what, uint64_t max_len = UINT64_MAX) {
         const uint64_t at = pos_;
         const uint64_t n = read_size(what);
         if (n > max_len)
-            throw GgufError(std::string(what) + " length " + std::to_string(n) + " exceeds limit " +
-                                std::to_string(max_len),
-                            at);
+            throw GgufError(
+                std::string(what) + " length " + std::to_string(n) + " exceeds limit " + std::to_string(max_len), at);
         if (n > remaining())
             throw GgufError(std::string(what) + " length " + std::to_string(n) + " exceeds the " +
                                 std::to_string(remaining()) + " bytes left",
@@ -91,7 +86,7 @@ private:
 };
 
 const char* value_type_name(GgufType t) {
-    static const char* names[] = {"u8",  "i8",  "u16",   "i16",   "u32", "i32", "f32",
+    static const char* names[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
                                   "bool", "string", "array", "u64", "i64", "f64"};
     auto i = static_cast<uint32_t>(t);
     return i < 13 ? names[i] : "unknown";
@@ -126,8 +121,7 @@ void read_array_body(Cursor& c, GgufValue& v, int depth, uint64_t& nested_budget
 void read_value(Cursor& c, GgufType t, GgufValue& v, int depth, uint64_t& nested_budget) {
     const uint64_t at = c.pos();
     if (static_cast<uint32_t>(t) > 12)
-        throw GgufError("unknown metadata value type " + std::to_string(static_cast<uint32_t>(t)),
-                        at - 4);
+        throw GgufError("unknown metadata value type " + std::to_string(static_cast<uint32_t>(t)), at - 4);
     if (t == GgufType::STRING) {
         v.type = t;
         v.s = c.read_string("string");
@@ -148,8 +142,7 @@ void read_array_body(Cursor& c, GgufValue& v, int depth, uint64_t& nested_budget
     const uint64_t type_at = c.pos();
     const auto et = static_cast<GgufType>(c.read<uint32_t>("array element type"));
     if (static_cast<uint32_t>(et) > 12)
-        throw GgufError("unknown array element type " + std::to_string(static_cast<uint32_t>(et)),
-                        type_at);
+        throw GgufError("unknown array element type " + std::to_string(static_cast<uint32_t>(et)), type_at);
     v.elem_type = et;
     const uint64_t count_at = c.pos();
     v.count = c.read_size("array length");
@@ -158,18 +151,16 @@ void read_array_body(Cursor& c, GgufValue& v, int depth, uint64_t& nested_budget
         const uint64_t min_elem = et == GgufType::STRING ? c.size_bytes() : 4 + c.size_bytes();
         if (v.count > c.remaining() / min_elem)
             throw GgufError("array of " + std::to_string(v.count) + " " + value_type_name(et) +
-                                " elements cannot fit in the " + std::to_string(c.remaining()) +
-                                " bytes left",
+                                " elements cannot fit in the " + std::to_string(c.remaining()) + " bytes left",
                             count_at);
         if (et == GgufType::STRING) {
             v.strings.reserve(v.count);
-            for (uint64_t k = 0; k < v.count; ++k)
-                v.strings.push_back(c.read_string("array string"));
+            for (uint64_t k = 0; k < v.count; ++k) v.strings.push_back(c.read_string("array string"));
         } else {
             if (v.count > nested_budget)
-                throw GgufError("arrays of arrays hold more than " + std::to_string(kMaxNestedElements) +
-                                    " elements in all",
-                                count_at);
+                throw GgufError(
+                    "arrays of arrays hold more than " + std::to_string(kMaxNestedElements) + " elements in all",
+                    count_at);
             nested_budget -= v.count;
             v.nested.resize(v.count);
             for (uint64_t k = 0; k < v.count; ++k) read_array_body(c, v.nested[k], depth + 1, nested_budget);
@@ -178,9 +169,8 @@ void read_array_body(Cursor& c, GgufValue& v, int depth, uint64_t& nested_budget
     }
     const uint64_t es = gguf_scalar_size(et);
     if (v.count > c.remaining() / es)
-        throw GgufError("array of " + std::to_string(v.count) + " " + value_type_name(et) +
-                            " elements exceeds the " + std::to_string(c.remaining()) +
-                            " bytes left",
+        throw GgufError("array of " + std::to_string(v.count) + " " + value_type_name(et) + " elements exceeds the " +
+                            std::to_string(c.remaining()) + " bytes left",
                         count_at);
     v.elems = c.skip(v.count * es, "array data");
     if (et == GgufType::BOOL)
@@ -194,11 +184,17 @@ void read_array_body(Cursor& c, GgufValue& v, int depth, uint64_t& nested_budget
 
 std::optional<int64_t> GgufValue::as_int() const {
     switch (type) {
-        case GgufType::U8: case GgufType::U16: case GgufType::U32: case GgufType::U64:
+        case GgufType::U8:
+        case GgufType::U16:
+        case GgufType::U32:
+        case GgufType::U64:
         case GgufType::BOOL:
             if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
             return static_cast<int64_t>(u);
-        case GgufType::I8: case GgufType::I16: case GgufType::I32: case GgufType::I64: return i;
+        case GgufType::I8:
+        case GgufType::I16:
+        case GgufType::I32:
+        case GgufType::I64: return i;
         default: return std::nullopt;
     }
 }
@@ -223,16 +219,57 @@ std::vector<double> GgufValue::numbers() const {
     for (uint64_t k = 0; k < count; ++k) {
         const uint8_t* p = elems + k * es;
         switch (elem_type) {
-            case GgufType::U8: case GgufType::BOOL: out[k] = *p; break;
+            case GgufType::U8:
+            case GgufType::BOOL: out[k] = *p; break;
             case GgufType::I8: out[k] = static_cast<int8_t>(*p); break;
-            case GgufType::U16: { uint16_t x; std::memcpy(&x, p, 2); out[k] = x; break; }
-            case GgufType::I16: { int16_t x; std::memcpy(&x, p, 2); out[k] = x; break; }
-            case GgufType::U32: { uint32_t x; std::memcpy(&x, p, 4); out[k] = x; break; }
-            case GgufType::I32: { int32_t x; std::memcpy(&x, p, 4); out[k] = x; break; }
-            case GgufType::F32: { float x; std::memcpy(&x, p, 4); out[k] = x; break; }
-            case GgufType::U64: { uint64_t x; std::memcpy(&x, p, 8); out[k] = static_cast<double>(x); break; }
-            case GgufType::I64: { int64_t x; std::memcpy(&x, p, 8); out[k] = static_cast<double>(x); break; }
-            case GgufType::F64: { double x; std::memcpy(&x, p, 8); out[k] = x; break; }
+            case GgufType::U16: {
+                uint16_t x;
+                std::memcpy(&x, p, 2);
+                out[k] = x;
+                break;
+            }
+            case GgufType::I16: {
+                int16_t x;
+                std::memcpy(&x, p, 2);
+                out[k] = x;
+                break;
+            }
+            case GgufType::U32: {
+                uint32_t x;
+                std::memcpy(&x, p, 4);
+                out[k] = x;
+                break;
+            }
+            case GgufType::I32: {
+                int32_t x;
+                std::memcpy(&x, p, 4);
+                out[k] = x;
+                break;
+            }
+            case GgufType::F32: {
+                float x;
+                std::memcpy(&x, p, 4);
+                out[k] = x;
+                break;
+            }
+            case GgufType::U64: {
+                uint64_t x;
+                std::memcpy(&x, p, 8);
+                out[k] = static_cast<double>(x);
+                break;
+            }
+            case GgufType::I64: {
+                int64_t x;
+                std::memcpy(&x, p, 8);
+                out[k] = static_cast<double>(x);
+                break;
+            }
+            case GgufType::F64: {
+                double x;
+                std::memcpy(&x, p, 8);
+                out[k] = x;
+                break;
+            }
             default: break;
         }
     }
@@ -273,9 +310,7 @@ GgufFile GgufFile::open(const std::string& path) {
     f.size_ = size;
     try {
         f.parse();
-    } catch (const GgufError& err) {
-        throw GgufError(path + ": " + err.message(), err.offset());
-    }
+    } catch (const GgufError& err) { throw GgufError(path + ": " + err.message(), err.offset()); }
     return f;
 }
 
@@ -365,18 +400,16 @@ void GgufFile::parse() {
         const uint64_t nd_at = c.pos();
         const uint32_t nd = c.read<uint32_t>("tensor n_dims");
         if (nd == 0 || nd > kMaxDims)
-            throw GgufError("tensor '" + std::string(t.name) + "' has " + std::to_string(nd) +
-                                " dimensions (1.." + std::to_string(kMaxDims) + " allowed)",
+            throw GgufError("tensor '" + std::string(t.name) + "' has " + std::to_string(nd) + " dimensions (1.." +
+                                std::to_string(kMaxDims) + " allowed)",
                             nd_at);
         uint64_t n = 1;
         for (uint32_t d = 0; d < nd; ++d) {
             const uint64_t d_at = c.pos();
             const uint64_t dim = c.read_size("tensor dimension");
-            if (dim == 0)
-                throw GgufError("tensor '" + std::string(t.name) + "' has a zero dimension", d_at);
+            if (dim == 0) throw GgufError("tensor '" + std::string(t.name) + "' has a zero dimension", d_at);
             if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / dim)
-                throw GgufError("tensor '" + std::string(t.name) +
-                                    "' dimensions overflow 63 bits when multiplied",
+                throw GgufError("tensor '" + std::string(t.name) + "' dimensions overflow 63 bits when multiplied",
                                 d_at);
             n *= dim;
             t.dims.push_back(dim);
@@ -385,13 +418,11 @@ void GgufFile::parse() {
         t.type = c.read<uint32_t>("tensor type");
         const auto tr = type_traits(t.type);
         if (!tr)
-            throw GgufError("tensor '" + std::string(t.name) + "' has unknown type id " +
-                                std::to_string(t.type),
+            throw GgufError("tensor '" + std::string(t.name) + "' has unknown type id " + std::to_string(t.type),
                             type_at);
         if (t.dims[0] % tr->block_size != 0)
-            throw GgufError("tensor '" + std::string(t.name) + "' of type " + std::string(tr->name) +
-                                " has " + std::to_string(t.dims[0]) +
-                                " elements per row, not a multiple of the block size " +
+            throw GgufError("tensor '" + std::string(t.name) + "' of type " + std::string(tr->name) + " has " +
+                                std::to_string(t.dims[0]) + " elements per row, not a multiple of the block size " +
                                 std::to_string(tr->block_size),
                             info_at);
         const uint64_t blocks = n / tr->block_size;
@@ -401,9 +432,8 @@ void GgufFile::parse() {
         offset_at.push_back(c.pos());
         t.offset = c.read<uint64_t>("tensor offset");
         if (t.offset % alignment_ != 0)
-            throw GgufError("tensor '" + std::string(t.name) + "' data offset " +
-                                std::to_string(t.offset) + " is not a multiple of the alignment " +
-                                std::to_string(alignment_),
+            throw GgufError("tensor '" + std::string(t.name) + "' data offset " + std::to_string(t.offset) +
+                                " is not a multiple of the alignment " + std::to_string(alignment_),
                             offset_at.back());
         tensors_.push_back(std::move(t));
     }
@@ -413,17 +443,16 @@ void GgufFile::parse() {
     data_offset_ = (end + alignment_ - 1) / alignment_ * alignment_;
     if (tensors_.empty()) return;  // vocab-only files may end before the aligned offset
     if (data_offset_ > size_)
-        throw GgufError("data section would start at " + std::to_string(data_offset_) +
-                            ", past the end of the " + std::to_string(size_) + "-byte file",
+        throw GgufError("data section would start at " + std::to_string(data_offset_) + ", past the end of the " +
+                            std::to_string(size_) + "-byte file",
                         end);
     const uint64_t data_size = size_ - data_offset_;
     for (size_t k = 0; k < tensors_.size(); ++k) {
         GgufTensor& t = tensors_[k];
         if (t.offset > data_size || t.nbytes > data_size - t.offset)
-            throw GgufError("tensor '" + std::string(t.name) + "' data [" +
-                                std::to_string(data_offset_ + t.offset) + ", +" +
-                                std::to_string(t.nbytes) + ") lies outside the " +
-                                std::to_string(size_) + "-byte file",
+            throw GgufError("tensor '" + std::string(t.name) + "' data [" + std::to_string(data_offset_ + t.offset) +
+                                ", +" + std::to_string(t.nbytes) + ") lies outside the " + std::to_string(size_) +
+                                "-byte file",
                             offset_at[k]);
         t.data = base_ + data_offset_ + t.offset;
     }

@@ -35,8 +35,19 @@ private:
 
 /// gguf_metadata_value_type, as written in the file (uint32).
 enum class GgufType : uint32_t {
-    U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
-    STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+    U8 = 0,
+    I8 = 1,
+    U16 = 2,
+    I16 = 3,
+    U32 = 4,
+    I32 = 5,
+    F32 = 6,
+    BOOL = 7,
+    STRING = 8,
+    ARRAY = 9,
+    U64 = 10,
+    I64 = 11,
+    F64 = 12,
 };
 
 /// Width in bytes of one value of scalar type t (1, 2, 4 or 8, as the GGUF specification
@@ -44,10 +55,17 @@ enum class GgufType : uint32_t {
 /// the writer (gguf_writer.hpp).
 constexpr uint64_t gguf_scalar_size(GgufType t) {
     switch (t) {
-        case GgufType::U8: case GgufType::I8: case GgufType::BOOL: return 1;
-        case GgufType::U16: case GgufType::I16: return 2;
-        case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
-        case GgufType::U64: case GgufType::I64: case GgufType::F64: return 8;
+        case GgufType::U8:
+        case GgufType::I8:
+        case GgufType::BOOL: return 1;
+        case GgufType::U16:
+        case GgufType::I16: return 2;
+        case GgufType::U32:
+        case GgufType::I32:
+        case GgufType::F32: return 4;
+        case GgufType::U64:
+        case GgufType::I64:
+        case GgufType::F64: return 8;
         default: return 0;
     }
 }
@@ -57,16 +75,16 @@ constexpr uint64_t gguf_scalar_size(GgufType t) {
 /// are decoded on access, string elements are indexed as views.
 struct GgufValue {
     GgufType type = GgufType::U8;
-    uint64_t u = 0;        ///< unsigned scalars and bool (0/1)
-    int64_t i = 0;         ///< signed scalars
-    double f = 0;          ///< F32 / F64 scalars
-    std::string_view s;    ///< STRING
+    uint64_t u = 0;      ///< unsigned scalars and bool (0/1)
+    int64_t i = 0;       ///< signed scalars
+    double f = 0;        ///< F32 / F64 scalars
+    std::string_view s;  ///< STRING
     // ARRAY
     GgufType elem_type = GgufType::U8;
     uint64_t count = 0;
-    const uint8_t* elems = nullptr;           ///< numeric array elements (little-endian)
-    std::vector<std::string_view> strings;    ///< string array elements
-    std::vector<GgufValue> nested;            ///< array-of-array elements
+    const uint8_t* elems = nullptr;         ///< numeric array elements (little-endian)
+    std::vector<std::string_view> strings;  ///< string array elements
+    std::vector<GgufValue> nested;          ///< array-of-array elements
 
     /// Integer value of an integer or bool scalar; nullopt for other types or when
     /// it does not fit int64.

@@ -65,9 +65,7 @@ void GgufWriter::add_u64(const std::string& key, uint64_t v) { add_kv(key, GgufT
 void GgufWriter::add_i64(const std::string& key, int64_t v) { add_kv(key, GgufType::I64, scalar(v)); }
 void GgufWriter::add_f32(const std::string& key, float v) { add_kv(key, GgufType::F32, scalar(v)); }
 void GgufWriter::add_f64(const std::string& key, double v) { add_kv(key, GgufType::F64, scalar(v)); }
-void GgufWriter::add_bool(const std::string& key, bool v) {
-    add_kv(key, GgufType::BOOL, scalar<uint8_t>(v ? 1 : 0));
-}
+void GgufWriter::add_bool(const std::string& key, bool v) { add_kv(key, GgufType::BOOL, scalar<uint8_t>(v ? 1 : 0)); }
 
 void GgufWriter::add_u32(const std::string& key, uint32_t v) {
     if (key == "general.alignment") {

@@ -81,8 +81,8 @@ public:
     size_t add_tensor_info(const std::string& name, const std::vector<uint64_t>& dims, uint32_t type);
     /// Declares a tensor and copies its data (nbytes must equal the size its dims and
     /// type imply: n_elements / block_size * type_size). Throws std::invalid_argument.
-    size_t add_tensor(const std::string& name, const std::vector<uint64_t>& dims, uint32_t type,
-                      const void* data, uint64_t nbytes);
+    size_t add_tensor(const std::string& name, const std::vector<uint64_t>& dims, uint32_t type, const void* data,
+                      uint64_t nbytes);
 
     size_t tensor_count() const { return tensors_.size(); }
     size_t metadata_count() const { return kvs_.size(); }

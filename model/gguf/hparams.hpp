@@ -18,17 +18,17 @@ class ModelError : public std::runtime_error {
 };
 
 struct HParams {
-    std::string arch;          ///< general.architecture, e.g. "llama"
-    std::string name;          ///< general.name, "" when absent
+    std::string arch;  ///< general.architecture, e.g. "llama"
+    std::string name;  ///< general.name, "" when absent
     int32_t n_layer = 0;
-    int32_t n_embd = 0;        ///< residual width
+    int32_t n_embd = 0;  ///< residual width
     int32_t n_head = 0;
-    int32_t n_head_kv = 0;     ///< GQA: n_head % n_head_kv == 0
-    int32_t head_dim = 0;      ///< attention.key_length, default n_embd / n_head
+    int32_t n_head_kv = 0;  ///< GQA: n_head % n_head_kv == 0
+    int32_t head_dim = 0;   ///< attention.key_length, default n_embd / n_head
     int32_t n_ff = 0;
-    int32_t n_ctx_train = 0;   ///< context length the model was trained with
+    int32_t n_ctx_train = 0;  ///< context length the model was trained with
     int32_t n_vocab = 0;
-    int32_t rope_dim = 0;      ///< rotated dimensions per head (<= head_dim)
+    int32_t rope_dim = 0;  ///< rotated dimensions per head (<= head_dim)
     float rope_base = 10000.0f;
     float rms_eps = 1e-5f;
     // RoPE frequency scaling (Llama 3.1 style "llama3" is expressed through the

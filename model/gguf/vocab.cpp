@@ -14,8 +14,8 @@ int32_t special_id(const GgufFile& f, const char* key, int32_t n_tokens, int32_t
     // 0xFFFFFFFF (and -1) are written for "no such token".
     if (*n == 0xFFFFFFFFll || *n < 0) return kNoToken;
     if (*n >= n_tokens)
-        throw VocabError(std::string(key) + " = " + std::to_string(*n) + " is outside the " +
-                         std::to_string(n_tokens) + "-token vocabulary");
+        throw VocabError(std::string(key) + " = " + std::to_string(*n) + " is outside the " + std::to_string(n_tokens) +
+                         "-token vocabulary");
     return static_cast<int32_t>(*n);
 }
 
@@ -28,8 +28,8 @@ bool flag(const GgufFile& f, const char* key, bool fallback) {
 // Control tokens that end a turn in common chat formats, in addition to the ids the
 // GGUF names (llama.cpp treats the same texts as end-of-generation).
 constexpr std::string_view kEogTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
-    "<|return|>", "<|call|>", "<|eom_id|>", "<｜end▁of▁sentence｜>", "<|end_of_text|>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>",    "<end_of_turn>",         "<|endoftext|>",   "<EOT>",
+    "<|return|>", "<|call|>",   "<|eom_id|>", "<｜end▁of▁sentence｜>", "<|end_of_text|>",
 };
 
 }  // namespace
@@ -45,9 +45,7 @@ bool Vocab::is_special(int32_t id) const {
     return t == TokenType::Control || t == TokenType::Unknown || t == TokenType::Unused;
 }
 
-bool Vocab::is_eog(int32_t id) const {
-    return std::find(eog.begin(), eog.end(), id) != eog.end();
-}
+bool Vocab::is_eog(int32_t id) const { return std::find(eog.begin(), eog.end(), id) != eog.end(); }
 
 Vocab Vocab::from_gguf(const GgufFile& f) {
     Vocab v;
@@ -71,16 +69,16 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
     if (const GgufValue* sc = f.find("tokenizer.ggml.scores")) {
         auto nums = sc->numbers();
         if (nums.size() != static_cast<size_t>(n))
-            throw VocabError("tokenizer.ggml.scores has " + std::to_string(nums.size()) +
-                             " entries for " + std::to_string(n) + " tokens");
+            throw VocabError("tokenizer.ggml.scores has " + std::to_string(nums.size()) + " entries for " +
+                             std::to_string(n) + " tokens");
         v.scores.assign(nums.begin(), nums.end());
     }
     v.types.assign(static_cast<size_t>(n), TokenType::Normal);
     if (const GgufValue* ty = f.find("tokenizer.ggml.token_type")) {
         auto nums = ty->numbers();
         if (nums.size() != static_cast<size_t>(n))
-            throw VocabError("tokenizer.ggml.token_type has " + std::to_string(nums.size()) +
-                             " entries for " + std::to_string(n) + " tokens");
+            throw VocabError("tokenizer.ggml.token_type has " + std::to_string(nums.size()) + " entries for " +
+                             std::to_string(n) + " tokens");
         for (size_t k = 0; k < nums.size(); ++k) {
             const int t = static_cast<int>(nums[k]);
             v.types[k] = (t >= 0 && t <= 6) ? static_cast<TokenType>(t) : TokenType::Normal;
@@ -104,8 +102,8 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
     // Without an add_bos_token key, SentencePiece vocabularies add BOS, and so do BPE
     // ones with Llama 3's pre-tokenizer (llama.cpp's LLAMA_VOCAB_PRE_TYPE_LLAMA3
     // branch: pre = llama3, llama-v3, llama-bpe or falcon3).
-    const bool llama3_pre = v.kind == VocabKind::Bpe && (v.pre == "llama3" || v.pre == "llama-v3" ||
-                                                         v.pre == "llama-bpe" || v.pre == "falcon3");
+    const bool llama3_pre = v.kind == VocabKind::Bpe &&
+                            (v.pre == "llama3" || v.pre == "llama-v3" || v.pre == "llama-bpe" || v.pre == "falcon3");
     v.add_bos = flag(f, "tokenizer.ggml.add_bos_token", spm || llama3_pre);
     v.add_eos = flag(f, "tokenizer.ggml.add_eos_token", false);
     v.add_space_prefix = flag(f, "tokenizer.ggml.add_space_prefix", spm);

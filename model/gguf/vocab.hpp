@@ -23,26 +23,32 @@ class VocabError : public std::runtime_error {
 };
 
 enum class TokenType : int32_t {
-    Undefined = 0, Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6,
+    Undefined = 0,
+    Normal = 1,
+    Unknown = 2,
+    Control = 3,
+    UserDefined = 4,
+    Unused = 5,
+    Byte = 6,
 };
 
 /// Which tokenization algorithm the vocabulary needs (`tokenizer.ggml.model`).
 enum class VocabKind {
-    Spm,   ///< "llama": SentencePiece-style score-driven merges with byte fallback
-    Bpe,   ///< "gpt2": byte-level BPE with ranked merges and a pre-tokenizer
-    Wpm,   ///< "bert": WordPiece
+    Spm,  ///< "llama": SentencePiece-style score-driven merges with byte fallback
+    Bpe,  ///< "gpt2": byte-level BPE with ranked merges and a pre-tokenizer
+    Wpm,  ///< "bert": WordPiece
 };
 
 constexpr int32_t kNoToken = -1;
 
 struct Vocab {
     VocabKind kind = VocabKind::Spm;
-    std::string model;  ///< tokenizer.ggml.model as written
-    std::string pre;    ///< tokenizer.ggml.pre ("" when absent)
-    std::vector<std::string> tokens;   ///< token text as stored (SPM uses U+2581 for space)
-    std::vector<float> scores;         ///< per token; empty when absent
-    std::vector<TokenType> types;      ///< per token; Normal when absent
-    std::vector<std::string> merges;   ///< BPE merges "a b", in rank order
+    std::string model;                ///< tokenizer.ggml.model as written
+    std::string pre;                  ///< tokenizer.ggml.pre ("" when absent)
+    std::vector<std::string> tokens;  ///< token text as stored (SPM uses U+2581 for space)
+    std::vector<float> scores;        ///< per token; empty when absent
+    std::vector<TokenType> types;     ///< per token; Normal when absent
+    std::vector<std::string> merges;  ///< BPE merges "a b", in rank order
     std::unordered_map<std::string, int32_t> token_to_id;
 
     int32_t bos = kNoToken, eos = kNoToken, eot = kNoToken, eom = kNoToken;
@@ -51,7 +57,7 @@ struct Vocab {
     /// for "llama" (SentencePiece) vocabularies and for BPE ones whose pre-tokenizer is
     /// Llama 3's ("llama3", "llama-v3", "llama-bpe", "falcon3"), as in llama.cpp.
     bool add_bos = false, add_eos = false, add_space_prefix = true;
-    std::vector<int32_t> eog;  ///< end-of-generation ids: eos, eot, eom and known end markers
+    std::vector<int32_t> eog;   ///< end-of-generation ids: eos, eot, eom and known end markers
     std::string chat_template;  ///< tokenizer.chat_template, "" when absent
 
     int32_t size() const { return static_cast<int32_t>(tokens.size()); }

@@ -155,8 +155,7 @@ void quant_iq4_nl(const float* x, uint8_t* b) {
     store_f16(b, iq4_fit(x, 32), d);
     const float id = d != 0 ? 1.0f / d : 0.0f;
     uint8_t* qs = b + 2;
-    for (int j = 0; j < 16; ++j)
-        qs[j] = static_cast<uint8_t>(iq4_index(x[j] * id) | (iq4_index(x[j + 16] * id) << 4));
+    for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(iq4_index(x[j] * id) | (iq4_index(x[j + 16] * id) << 4));
 }
 
 template <class Block>
@@ -183,13 +182,22 @@ void check_row(uint32_t type, int64_t n) {
 
 bool can_dequantize(uint32_t type) {
     switch (static_cast<GgmlType>(type)) {
-        case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
-        case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
-        case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K:
-        case GgmlType::Q6_K: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
-            return true;
-        default:
-            return false;
+        case GgmlType::F32:
+        case GgmlType::F16:
+        case GgmlType::BF16:
+        case GgmlType::Q8_0:
+        case GgmlType::Q4_0:
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_0:
+        case GgmlType::Q5_1:
+        case GgmlType::Q2_K:
+        case GgmlType::Q3_K:
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K:
+        case GgmlType::Q6_K:
+        case GgmlType::IQ4_NL:
+        case GgmlType::IQ4_XS: return true;
+        default: return false;
     }
 }
 
@@ -205,9 +213,7 @@ void dequantize_row(uint32_t type, const void* src, float* dst, int64_t n) {
     if (!can_dequantize(type)) throw std::invalid_argument("cannot dequantize tensor type " + type_name(type));
     check_row(type, n);
     switch (static_cast<GgmlType>(type)) {
-        case GgmlType::F32:
-            std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-            return;
+        case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
         case GgmlType::F16: {
             const auto* s = static_cast<const uint8_t*>(src);
             for (int64_t i = 0; i < n; ++i) dst[i] = blocks::load_f16(s + 2 * i);
@@ -244,9 +250,7 @@ void quantize_row(uint32_t type, const float* src, void* dst, int64_t n) {
     check_row(type, n);
     auto* out = static_cast<uint8_t*>(dst);
     switch (static_cast<GgmlType>(type)) {
-        case GgmlType::F32:
-            std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-            return;
+        case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
         case GgmlType::F16:
             for (int64_t i = 0; i < n; ++i) {
                 const uint16_t h = fp32_to_fp16(src[i]);

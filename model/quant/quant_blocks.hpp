@@ -25,8 +25,7 @@
 namespace loom::model::blocks {
 
 /// The 16 signed levels of IQ4_NL and IQ4_XS, ascending (ggml's kvalues_iq4nl).
-inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                            1,    13,   25,  38,  53,  69,  89,  113};
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /// Half float stored little-endian at p.
 LOOM_QB_INLINE float load_f16(const uint8_t* p) {

@@ -24,8 +24,8 @@ void range_fit(const float* x, int n, int levels, float& scale, float& min) {
 // Quantizes the super-block scales and mins of an "x = d*sc*q - dmin*m" type:
 // sc (rounded up, so the sub-block's range stays covered) and m (rounded) get
 // `max_code` levels; d and dmin are written as halves at pd / pdm.
-void scale_min_codes(const float* sc, const float* mn, int count, int max_code, uint8_t* pd, uint8_t* pdm,
-                     int* lsc, int* lmn, float& d, float& dmin) {
+void scale_min_codes(const float* sc, const float* mn, int count, int max_code, uint8_t* pd, uint8_t* pdm, int* lsc,
+                     int* lmn, float& d, float& dmin) {
     float msc = 0, mmn = 0;
     for (int i = 0; i < count; ++i) msc = std::fmax(msc, sc[i]), mmn = std::fmax(mmn, mn[i]);
     store_f16(pd, msc / static_cast<float>(max_code), d);
@@ -69,7 +69,8 @@ void quantize_k45(const float* x, uint8_t* b) {
             const int q0 = level(x[64 * c + l], s0, m0, kLevels);
             const int q1 = level(x[64 * c + 32 + l], s1, m1, kLevels);
             qs[32 * c + l] = static_cast<uint8_t>((q0 & 0xF) | ((q1 & 0xF) << 4));
-            if constexpr (kBits == 5) qh[l] = static_cast<uint8_t>(qh[l] | ((q0 >> 4) << (2 * c)) | ((q1 >> 4) << (2 * c + 1)));
+            if constexpr (kBits == 5)
+                qh[l] = static_cast<uint8_t>(qh[l] | ((q0 >> 4) << (2 * c)) | ((q1 >> 4) << (2 * c + 1)));
         }
     }
 }
@@ -181,8 +182,8 @@ void quantize_block_iq4_xs(const float* x, uint8_t* b) {
         const float step = d * static_cast<float>(l);
         const float inv = step != 0 ? 1.0f / step : 0.0f;
         for (int j = 0; j < 16; ++j)
-            qs[16 * i + j] = static_cast<uint8_t>(iq4_index(x[32 * i + j] * inv) |
-                                                  (iq4_index(x[32 * i + 16 + j] * inv) << 4));
+            qs[16 * i + j] =
+                static_cast<uint8_t>(iq4_index(x[32 * i + j] * inv) | (iq4_index(x[32 * i + 16 + j] * inv) << 4));
     }
     std::memcpy(b + 2, &sh, 2);
 }

@@ -89,8 +89,7 @@ const std::vector<NamedList>& named_lists() {
         {{"llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx", "smaug-bpe"}, {kLlama3}},
         {{"qwen2", "deepseek-r1-qwen", "stablelm2"}, {kQwen2}},
         // llama.cpp's fallback for BPE vocabularies that name no pre-tokenizer.
-        {{"default", ""},
-         {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"}},
+        {{"default", ""}, {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"}},
     };
     return lists;
 }
@@ -138,8 +137,8 @@ pcre2_code* compile(const std::string& pattern, bool translate_spaces) {
     if (!code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
-        throw VocabError("pre-tokenizer regex '" + pattern + "' does not compile at offset " +
-                         std::to_string(at) + ": " + reinterpret_cast<const char*>(msg));
+        throw VocabError("pre-tokenizer regex '" + pattern + "' does not compile at offset " + std::to_string(at) +
+                         ": " + reinterpret_cast<const char*>(msg));
     }
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // optional: the interpreter is the fallback
     return code;
@@ -220,9 +219,8 @@ Subject make_subject(std::string_view in, const pcre2_code* space) {
     if (!md) throw std::bad_alloc();
     std::vector<size_t> spaces;  // units
     size_t b = 0, e = 0;
-    for (size_t at = 0; at < s.text.size() && find_next(space, s.text.data(), s.text.size(), at, md.get(), b, e) &&
-                        e > b;
-         at = e)
+    for (size_t at = 0;
+         at < s.text.size() && find_next(space, s.text.data(), s.text.size(), at, md.get(), b, e) && e > b; at = e)
         spaces.push_back(s.unit_at(b));
     if (spaces.empty()) return s;
     std::string text;

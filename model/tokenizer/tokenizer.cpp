@@ -27,9 +27,7 @@ void Tokenizer::init_bytes() {
         if (!vocab_.is_special(id)) bytes_[static_cast<size_t>(id)] = piece_bytes(id);
 }
 
-std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
-    return from_vocab(Vocab::from_gguf(f));
-}
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) { return from_vocab(Vocab::from_gguf(f)); }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_vocab(Vocab v) {
     switch (v.kind) {

@@ -48,8 +48,7 @@ protected:
     explicit Tokenizer(Vocab v);
     /// Encodes a run of text that contains no special token. `after_special` is true
     /// when nothing (or only a special token) precedes it in the input.
-    virtual void encode_fragment(std::string_view text, bool after_special,
-                                 std::vector<int32_t>& out) const = 0;
+    virtual void encode_fragment(std::string_view text, bool after_special, std::vector<int32_t>& out) const = 0;
     /// Bytes of a normal token's stored text (algorithm specific).
     virtual std::string piece_bytes(int32_t id) const = 0;
     /// Must be called by subclasses once constructed, to fill the byte table.
@@ -58,8 +57,8 @@ protected:
     Vocab vocab_;
 
 private:
-    std::vector<std::string> bytes_;                 // token_bytes() per id
-    std::vector<int32_t> special_by_length_;         // matchable whole tokens, longest first
+    std::vector<std::string> bytes_;          // token_bytes() per id
+    std::vector<int32_t> special_by_length_;  // matchable whole tokens, longest first
 };
 
 }  // namespace loom::model

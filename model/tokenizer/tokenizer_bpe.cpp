@@ -66,7 +66,9 @@ bool ignores_merges(const std::string& pre) {
 class BpeTokenizer final : public Tokenizer {
 public:
     explicit BpeTokenizer(Vocab v)
-        : Tokenizer(std::move(v)), pre_(PreTokenizer::for_name(vocab_.pre)), ignore_merges_(ignores_merges(vocab_.pre)) {
+        : Tokenizer(std::move(v)),
+          pre_(PreTokenizer::for_name(vocab_.pre)),
+          ignore_merges_(ignores_merges(vocab_.pre)) {
         ranks_.reserve(vocab_.merges.size());
         for (size_t i = 0; i < vocab_.merges.size(); ++i) {
             // "left right"; llama.cpp splits at the first space after the first byte.
@@ -74,7 +76,8 @@ public:
             if (m.size() >= 3 && m.find(' ', 1) != std::string::npos)
                 ranks_.emplace(m, static_cast<int32_t>(i));  // the first of duplicates wins
         }
-        for (int b = 0; b < 256; ++b) byte_token_[static_cast<size_t>(b)] = vocab_.find(byte_chars().of(static_cast<unsigned char>(b)));
+        for (int b = 0; b < 256; ++b)
+            byte_token_[static_cast<size_t>(b)] = vocab_.find(byte_chars().of(static_cast<unsigned char>(b)));
         init_bytes();
     }
 
@@ -113,7 +116,7 @@ private:
     struct Bigram {
         int32_t rank;
         int left, right;
-        size_t n_left, n_right;  // symbol sizes when queued, to spot stale entries
+        size_t n_left, n_right;                  // symbol sizes when queued, to spot stale entries
         bool operator<(const Bigram& o) const {  // max-heap: lowest rank, then leftmost
             return rank > o.rank || (rank == o.rank && left > o.left);
         }
@@ -121,7 +124,7 @@ private:
 
     void encode_word(std::string_view word, std::vector<int32_t>& out) const {
         const ByteChars& bc = byte_chars();
-        std::string enc;                  // the word spelled in byte characters
+        std::string enc;                          // the word spelled in byte characters
         std::vector<size_t> at(word.size() + 1);  // byte k of the word -> offset in enc
         enc.reserve(word.size() * 2);
         for (size_t k = 0; k < word.size(); ++k) {
@@ -129,7 +132,9 @@ private:
             enc += bc.of(static_cast<unsigned char>(word[k]));
         }
         at[word.size()] = enc.size();
-        auto text = [&](size_t first, size_t n) { return std::string_view(enc).substr(at[first], at[first + n] - at[first]); };
+        auto text = [&](size_t first, size_t n) {
+            return std::string_view(enc).substr(at[first], at[first + n] - at[first]);
+        };
 
         if (ignore_merges_) {
             const int32_t id = vocab_.find(enc);
@@ -156,7 +161,8 @@ private:
         };
         for (size_t k = 1; k < sym.size(); ++k) try_add(static_cast<int>(k) - 1, static_cast<int>(k));
         merge_bigrams(
-            sym, queue, [](const Bigram& g, const Symbol& a, const Symbol& b) { return a.n != g.n_left || b.n != g.n_right; },
+            sym, queue,
+            [](const Bigram& g, const Symbol& a, const Symbol& b) { return a.n != g.n_left || b.n != g.n_right; },
             try_add);
 
         for (int i = sym.empty() ? -1 : 0; i >= 0; i = sym[static_cast<size_t>(i)].next) {
@@ -186,8 +192,6 @@ private:
 
 /// Builds the byte-level BPE tokenizer for a "gpt2" vocabulary. Throws VocabError when
 /// `tokenizer.ggml.pre` names a pre-tokenizer llama.cpp does not know either.
-std::unique_ptr<Tokenizer> make_bpe_tokenizer(Vocab v) {
-    return std::make_unique<BpeTokenizer>(std::move(v));
-}
+std::unique_ptr<Tokenizer> make_bpe_tokenizer(Vocab v) { return std::make_unique<BpeTokenizer>(std::move(v)); }
 
 }  // namespace loom::model

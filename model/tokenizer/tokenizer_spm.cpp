@@ -44,8 +44,8 @@ public:
 protected:
     std::string piece_bytes(int32_t id) const override {
         const std::string& t = vocab_.tokens[static_cast<size_t>(id)];
-        if (vocab_.types[static_cast<size_t>(id)] == TokenType::Byte && t.size() == 6 &&
-            t.compare(0, 3, "<0x") == 0 && t[5] == '>') {
+        if (vocab_.types[static_cast<size_t>(id)] == TokenType::Byte && t.size() == 6 && t.compare(0, 3, "<0x") == 0 &&
+            t[5] == '>') {
             int hi = hex_digit(t[3]), lo = hex_digit(t[4]);
             if (hi >= 0 && lo >= 0) return std::string(1, static_cast<char>(hi * 16 + lo));
         }
@@ -139,8 +139,6 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> make_spm_tokenizer(Vocab v) {
-    return std::make_unique<SpmTokenizer>(std::move(v));
-}
+std::unique_ptr<Tokenizer> make_spm_tokenizer(Vocab v) { return std::make_unique<SpmTokenizer>(std::move(v)); }
 
 }  // namespace loom::model

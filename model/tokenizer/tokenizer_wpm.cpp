@@ -180,8 +180,8 @@ private:
         while (at < text.size()) {
             int rc = pcre2_match(classes_.get(), subject, text.size(), at, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
             if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-                rc = pcre2_match(classes_.get(), subject, text.size(), at, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                                 md.get(), nullptr);
+                rc = pcre2_match(classes_.get(), subject, text.size(), at, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md.get(),
+                                 nullptr);
             const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
             if (rc < 0 || ov[1] <= ov[0]) break;  // no more special characters
             append_lower(words.back(), std::string_view(text).substr(at, ov[0] - at));
@@ -233,8 +233,6 @@ private:
 /// Builds the WordPiece tokenizer for a "bert" vocabulary. Adding special tokens puts
 /// [CLS] before and [SEP] after the text. Throws VocabError if its character-class
 /// regex cannot be compiled (a broken PCRE2 build).
-std::unique_ptr<Tokenizer> make_wpm_tokenizer(Vocab v) {
-    return std::make_unique<WpmTokenizer>(std::move(v));
-}
+std::unique_ptr<Tokenizer> make_wpm_tokenizer(Vocab v) { return std::make_unique<WpmTokenizer>(std::move(v)); }
 
 }  // namespace loom::model

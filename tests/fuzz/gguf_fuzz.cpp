@@ -26,12 +26,11 @@ void exercise_tokenizer(const loom::model::GgufFile& f, const uint8_t* data, siz
     std::unique_ptr<loom::model::Tokenizer> tok;
     try {
         tok = loom::model::Tokenizer::from_gguf(f);
-    } catch (const loom::model::VocabError&) {
-        return;
-    }
+    } catch (const loom::model::VocabError&) { return; }
     const size_t tail = size < 256 ? size : 256;
     const std::string_view fuzzed(reinterpret_cast<const char*>(data + size - tail), tail);
-    for (std::string_view text : {std::string_view("Once upon a time, <s> Führer Cửa Việt 123 \xF0\x9F\x98\x80"), fuzzed}) {
+    for (std::string_view text :
+         {std::string_view("Once upon a time, <s> Führer Cửa Việt 123 \xF0\x9F\x98\x80"), fuzzed}) {
         for (bool special : {false, true}) {
             const auto ids = tok->encode(text, special, special);
             for (int32_t id : ids)
@@ -54,15 +53,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         try {
             (void)loom::model::HParams::from_gguf(f);
-        } catch (const loom::model::ModelError&) {
-        }
+        } catch (const loom::model::ModelError&) {}
         exercise_tokenizer(f, data, size);
         try {
             (void)loom::engine::LlamaWeights::bind(f, {"the CPU backend", loom::cpu::can_dot});
         } catch (const loom::model::ModelError&) {
-        } catch (const loom::model::VocabError&) {
-        }
-    } catch (const loom::model::GgufError&) {
-    }
+        } catch (const loom::model::VocabError&) {}
+    } catch (const loom::model::GgufError&) {}
     return 0;
 }

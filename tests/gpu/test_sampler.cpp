@@ -104,12 +104,13 @@ int main(int argc, char** argv) {
                 nblk = std::max(nblk, sampler.blocks(kRows - 1 - r));
             }
             LOOM_GPU_CHECK(gpuMemcpy(d, logits.data(), sizeof(float) * logits.size(), gpuMemcpyHostToDevice));
-            LOOM_GPU_CHECK(gpuMemcpy(rows_dev, srows.data(), sizeof(gpu::SampleRow) * srows.size(), gpuMemcpyHostToDevice));
+            LOOM_GPU_CHECK(
+                gpuMemcpy(rows_dev, srows.data(), sizeof(gpu::SampleRow) * srows.size(), gpuMemcpyHostToDevice));
             sampler.sample(static_cast<const float*>(d), n, static_cast<const gpu::SampleRow*>(rows_dev), rows, nblk,
                            static_cast<gpu::SampleOut*>(out_dev));
             std::vector<gpu::SampleOut> outs(static_cast<size_t>(rows));
-            LOOM_GPU_CHECK(gpuMemcpyAsync(outs.data(), out_dev, sizeof(gpu::SampleOut) * outs.size(),
-                                          gpuMemcpyDeviceToHost, s));
+            LOOM_GPU_CHECK(
+                gpuMemcpyAsync(outs.data(), out_dev, sizeof(gpu::SampleOut) * outs.size(), gpuMemcpyDeviceToHost, s));
             LOOM_GPU_CHECK(gpuStreamSynchronize(s));
             for (int r = 0; r < rows; ++r) {
                 const auto& p = params[static_cast<size_t>(r)];
@@ -129,11 +130,12 @@ int main(int argc, char** argv) {
                 }
                 if (!ok) {
                     ++fails;
-                    std::printf("case %d draw %d FAIL: n=%d temp=%g top_k=%d top_p=%g min_p=%g rep=%g bias=%zu "
-                                "allowed=%zu lp=%d proc=%d u=%.17g\n  ref token %d lp %.7g top",
-                                c0 + r, draw, n, p.temperature, p.top_k, p.top_p, p.min_p, p.repetition_penalty,
-                                p.logit_bias.size(), p.allowed.size(), p.n_logprobs, p.processed_logprobs ? 1 : 0,
-                                us[static_cast<size_t>(r)], ref.token, ref.logprob);
+                    std::printf(
+                        "case %d draw %d FAIL: n=%d temp=%g top_k=%d top_p=%g min_p=%g rep=%g bias=%zu "
+                        "allowed=%zu lp=%d proc=%d u=%.17g\n  ref token %d lp %.7g top",
+                        c0 + r, draw, n, p.temperature, p.top_k, p.top_p, p.min_p, p.repetition_penalty,
+                        p.logit_bias.size(), p.allowed.size(), p.n_logprobs, p.processed_logprobs ? 1 : 0,
+                        us[static_cast<size_t>(r)], ref.token, ref.logprob);
                     for (auto& [id, lp] : ref.top) std::printf(" %d:%.7g", id, lp);
                     std::printf("\n  gpu token %d lp %.7g top", got.token, got.logprob);
                     for (auto& [id, lp] : got.top) std::printf(" %d:%.7g", id, lp);

@@ -65,11 +65,10 @@ TEST_CASE("which real templates iterate over content parts") {
                 r.render(json(R"([{"role": "system", "content": "Be brief."}, )" + user_text + "]"), nullptr, true,
                          nullptr);
                 return true;
-            } catch (const loom::gateway::ApiError&) {
-                return false;
-            }
+            } catch (const loom::gateway::ApiError&) { return false; }
         }();
-        const std::string sys_parts = system_ok ? R"({"role": "system", "content": [{"type": "text", "text": "Be brief."}]}, )" : "";
+        const std::string sys_parts =
+            system_ok ? R"({"role": "system", "content": [{"type": "text", "text": "Be brief."}]}, )" : "";
         const std::string sys_text = system_ok ? R"({"role": "system", "content": "Be brief."}, )" : "";
         const auto as_parts = json("[" + sys_parts + user_parts + "]");
         const auto as_text = json("[" + sys_text + user_text + "]");

@@ -117,7 +117,8 @@ namespace {
 // and files every line under its request id.
 struct Engine {
     std::unique_ptr<engine::Backend> backend =
-        cpu::make_cpu_backend(test::shared_path("models/stories260K.gguf"), {.threads = 1, .n_ctx = 512, .kv_tokens = 4096, .max_step_tokens = 64, .max_slots = 8});
+        cpu::make_cpu_backend(test::shared_path("models/stories260K.gguf"),
+                              {.threads = 1, .n_ctx = 512, .kv_tokens = 4096, .max_step_tokens = 64, .max_slots = 8});
     engine::Scheduler sched{*backend, {}};
     std::map<std::string, std::vector<proto::EngineLine>> lines;
 
@@ -221,7 +222,9 @@ TEST_CASE("the CPU engine announces grammar and enforces it on stories260K", "[e
         REQUIRE_FALSE(d.HasParseError());
         CHECK(d["age"].GetInt() <= 99);
         const std::string nm = d["name"].GetString();
-        CHECK(std::count_if(nm.begin(), nm.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }) <= 10);  // code points
+        CHECK(std::count_if(nm.begin(), nm.end(), [](char c) {
+                  return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+              }) <= 10);    // code points
         if (seed % 2 == 1)  // processed: a list shorter than 20 is the whole allowed set
             for (const auto& l : e.lines.at(id))
                 if (const auto* lp = std::get_if<proto::Logprobs>(&l); lp && lp->top.size() < 20) {
@@ -241,10 +244,12 @@ TEST_CASE("the CPU engine announces grammar and enforces it on stories260K", "[e
     CHECK(std::get<proto::Done>(e.last("ignore_eos")).finish == "stop");
 
     const auto& bad = std::get<proto::Error>(e.last("bad"));
-    CHECK(bad.message == "grammar does not compile: schema, keyword 'patternProperties': keyword 'patternProperties' "
-                         "is not supported");
+    CHECK(bad.message ==
+          "grammar does not compile: schema, keyword 'patternProperties': keyword 'patternProperties' "
+          "is not supported");
     CHECK(e.lines.at("bad").size() == 1);
-    CHECK(std::get<proto::Error>(e.last("kind")).message.find("grammar does not compile: constraint: unknown kind 'lark'") == 0);
+    CHECK(std::get<proto::Error>(e.last("kind"))
+              .message.find("grammar does not compile: constraint: unknown kind 'lark'") == 0);
 
     // The unconstrained request beside them got exactly what it gets alone.
     Engine alone;

@@ -19,10 +19,10 @@ protocol::Gen gen_line(const std::string& line) {
 }  // namespace
 
 TEST_CASE("every sampling key of a GEN line is carried") {
-    const auto p = engine::sampling_params_from(gen_line(
-        "GEN r1 prompt=1,403,407 max_tokens=5 temperature=0.7 top_k=40 top_p=0.9 min_p=0.05 seed=7 logprobs=3 "
-        "prompt_logprobs=2 allowed=409,3,409,261,3 presence_penalty=0.5 frequency_penalty=-0.25 "
-        "repetition_penalty=1.1 logit_bias=261:-1.5,3:2 logprobs_mode=processed ignore_eos=1"));
+    const auto p = engine::sampling_params_from(
+        gen_line("GEN r1 prompt=1,403,407 max_tokens=5 temperature=0.7 top_k=40 top_p=0.9 min_p=0.05 seed=7 logprobs=3 "
+                 "prompt_logprobs=2 allowed=409,3,409,261,3 presence_penalty=0.5 frequency_penalty=-0.25 "
+                 "repetition_penalty=1.1 logit_bias=261:-1.5,3:2 logprobs_mode=processed ignore_eos=1"));
     CHECK(p.temperature == 0.7f);
     CHECK(p.top_k == 40);
     CHECK(p.top_p == 0.9f);
@@ -31,7 +31,7 @@ TEST_CASE("every sampling key of a GEN line is carried") {
     CHECK(p.frequency_penalty == -0.25f);
     CHECK(p.repetition_penalty == 1.1f);
     CHECK(p.logit_bias == std::vector<std::pair<int32_t, float>>{{261, -1.5f}, {3, 2.0f}});  // GEN order
-    CHECK(p.allowed == std::vector<int32_t>{3, 261, 409});  // sorted, each once
+    CHECK(p.allowed == std::vector<int32_t>{3, 261, 409});                                   // sorted, each once
     CHECK(p.n_logprobs == 3);
     CHECK(p.processed_logprobs);
 }

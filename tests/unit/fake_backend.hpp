@@ -109,7 +109,8 @@ public:
             uint64_t acc = 1469598103934665603ull;
             for (int64_t p = 0; p < end; ++p) {
                 const size_t cell = static_cast<size_t>(r.blocks[static_cast<size_t>(p / bt)] * bt + p % bt);
-                if (pos_[cell] != p) throw std::invalid_argument("position " + std::to_string(p) + " was never written");
+                if (pos_[cell] != p)
+                    throw std::invalid_argument("position " + std::to_string(p) + " was never written");
                 acc = (acc ^ static_cast<uint64_t>(tok_[cell] + 1)) * 1099511628211ull;
                 h[static_cast<size_t>(p)] = acc;
             }
@@ -129,8 +130,8 @@ public:
                 }
             if (r.sample) {
                 Slot& s = slots_[static_cast<size_t>(r.slot)];
-                const uint64_t x = h.back() ^ (static_cast<uint64_t>(r.u * 1e9) * 0x9e3779b97f4a7c15ull) ^
-                                   (s.count * 31 + s.sum);
+                const uint64_t x =
+                    h.back() ^ (static_cast<uint64_t>(r.u * 1e9) * 0x9e3779b97f4a7c15ull) ^ (s.count * 31 + s.sum);
                 const uint64_t m = (x ^ (x >> 29)) * 0xbf58476d1ce4e5b9ull;
                 const auto tok = static_cast<int32_t>((m >> 32) % static_cast<uint64_t>(info_.n_vocab));
                 engine::SampleResult res{tok, -static_cast<float>((m >> 8) % 1000) / 1000.0f, {}};

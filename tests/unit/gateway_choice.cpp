@@ -13,11 +13,12 @@ using namespace loom::gateway;
 
 namespace {
 
-const std::vector<int32_t> kOnce = {1, 403, 407, 261, 378};    // "Once upon a time"
+const std::vector<int32_t> kOnce = {1, 403, 407, 261, 378};      // "Once upon a time"
 const std::vector<int32_t> kTokens = {432, 383, 286, 261, 376};  // ", there was a little"
 
 const model::Tokenizer& tok() {
-    static const auto t = model::Tokenizer::from_gguf(model::GgufFile::open(test::shared_path("models/stories260K.gguf")));
+    static const auto t =
+        model::Tokenizer::from_gguf(model::GgufFile::open(test::shared_path("models/stories260K.gguf")));
     return *t;
 }
 

@@ -56,14 +56,18 @@ TEST_CASE("a key given twice in one object is refused, in any object") {
 }
 
 TEST_CASE("bytes that are not UTF-8 and malformed JSON are refused with the offset") {
-    CHECK(refusal("{\"prompt\": \"\xff\"}") == "the request body is not valid JSON: Invalid encoding in string. (at byte 12)");
+    CHECK(refusal("{\"prompt\": \"\xff\"}") ==
+          "the request body is not valid JSON: Invalid encoding in string. (at byte 12)");
     CHECK(refusal("{\"prompt\": \"\xED\xA0\x80\"}").find("Invalid encoding in string") != std::string::npos);
-    CHECK(refusal(R"({"a": 1,})") == "the request body is not valid JSON: Missing a name for object member. (at byte 8)");
+    CHECK(refusal(R"({"a": 1,})") ==
+          "the request body is not valid JSON: Missing a name for object member. (at byte 8)");
     CHECK(refusal("").find("The document is empty") != std::string::npos);
 }
 
 TEST_CASE("nesting is limited without recursion") {
-    auto nested = [](int depth) { return std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']'); };
+    auto nested = [](int depth) {
+        return std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']');
+    };
     CHECK(refusal(nested(loom::gateway::kMaxJsonDepth)).empty());
     CHECK(refusal(nested(loom::gateway::kMaxJsonDepth + 1)) ==
           "the request body nests arrays and objects deeper than 128 levels");

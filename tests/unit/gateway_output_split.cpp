@@ -105,7 +105,7 @@ void add(Result& r, SplitDelta d) {
         if (c.header) {
             ++r.header_deltas;
             REQUIRE(c.index == static_cast<int>(r.calls.size()));  // headers come in order, once
-            CHECK(c.arguments.empty());                             // the header has no arguments
+            CHECK(c.arguments.empty());                            // the header has no arguments
             r.calls.push_back({c.id, c.name, "", {}, {}});
         }
         REQUIRE(c.index < static_cast<int>(r.calls.size()));  // nothing before its header

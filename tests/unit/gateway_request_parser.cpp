@@ -35,9 +35,7 @@ ApiError error_of(const std::string& json, Endpoint ep = Endpoint::Completions) 
     try {
         if (ep == Endpoint::ChatCompletions) chat(json);
         else completions(json);
-    } catch (const ApiError& e) {
-        return e;
-    }
+    } catch (const ApiError& e) { return e; }
     return ApiError(0, "no error");
 }
 

@@ -60,12 +60,14 @@ TEST_CASE("chat: logprobs.content with token, logprob, bytes and top_logprobs") 
     const float ninf = -std::numeric_limits<float>::infinity();
     ChoiceOut c;
     c.text = " Hello\xF0\x9F\x98\x80";
-    c.entries = {entry(kHello, -0.125f, {{kHello, -0.125f}, {kEot, ninf}}), entry(kEot, -3.0f),
-                 entry(byte_token(0xF0), ninf), entry(byte_token(0x9F), -1.0f), entry(byte_token(0x98), -1.0f),
+    c.entries = {entry(kHello, -0.125f, {{kHello, -0.125f}, {kEot, ninf}}),
+                 entry(kEot, -3.0f),
+                 entry(byte_token(0xF0), ninf),
+                 entry(byte_token(0x9F), -1.0f),
+                 entry(byte_token(0x98), -1.0f),
                  entry(byte_token(0x80), std::numeric_limits<float>::quiet_NaN())};
     c.finish_reason = "stop";
-    const std::string body =
-        full_response(request(Endpoint::ChatCompletions, true), meta, *tok, {c}, Usage{5, 6});
+    const std::string body = full_response(request(Endpoint::ChatCompletions, true), meta, *tok, {c}, Usage{5, 6});
     CHECK(body.find("-9999.0") != std::string::npos);
     CHECK(body.find("nan") == std::string::npos);
     CHECK(body.find("inf") == std::string::npos);

@@ -62,8 +62,7 @@ TEST_CASE("logprobs, echo and max_tokens become logprobs=, prompt_logprobs= and 
     CHECK(line(gen_for_choice(r, 0, 0, 32)) == "GEN c1 prompt=1,403,407,261,378 max_tokens=3 temperature=1");
     r.logprobs = true;
     r.top_logprobs = 4;
-    CHECK(line(gen_for_choice(r, 0, 0, 32)) ==
-          "GEN c1 prompt=1,403,407,261,378 max_tokens=3 temperature=1 logprobs=4");
+    CHECK(line(gen_for_choice(r, 0, 0, 32)) == "GEN c1 prompt=1,403,407,261,378 max_tokens=3 temperature=1 logprobs=4");
     r.echo = true;
     r.max_tokens = 0;
     CHECK(line(gen_for_choice(r, 0, 0, 32)) ==

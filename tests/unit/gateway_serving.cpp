@@ -54,9 +54,7 @@ ModelContext context(int64_t n_ctx = 32) {
 ApiError error_of(const std::function<void()>& f) {
     try {
         f();
-    } catch (const ApiError& e) {
-        return e;
-    }
+    } catch (const ApiError& e) { return e; }
     return ApiError(0, "no error");
 }
 
@@ -85,7 +83,8 @@ TEST_CASE("completions: text prompts are tokenized with BOS, token prompts kept"
 }
 
 TEST_CASE("completions: the prompt forms before tokenization") {
-    const auto prompts = completion_prompts(json(R"({"prompt":["Once upon a time","The little dog"]})"), *stories().tok);
+    const auto prompts =
+        completion_prompts(json(R"({"prompt":["Once upon a time","The little dog"]})"), *stories().tok);
     REQUIRE(prompts.size() == 2);
     CHECK(std::get<std::string>(prompts[1]) == "The little dog");
     const auto ids = completion_prompts(json(R"({"prompt":[1,403,407,261,378]})"), *stories().tok);
@@ -155,8 +154,9 @@ TEST_CASE("check_context_length: the prompt must leave room, unless it is only s
     ApiError e = error_of([&] { check_context_length(r, 8, "prompt"); });
     CHECK(e.param == "max_tokens");
     CHECK(e.code == "context_length_exceeded");
-    CHECK(e.message == "This model's maximum context length is 8 tokens. However, you requested 9 tokens (5 in the "
-                       "prompt, 4 for the completion).");
+    CHECK(e.message ==
+          "This model's maximum context length is 8 tokens. However, you requested 9 tokens (5 in the "
+          "prompt, 4 for the completion).");
     r.max_tokens.reset();
     e = error_of([&] { check_context_length(r, 5, "messages"); });
     CHECK(e.param == "messages");
@@ -165,6 +165,7 @@ TEST_CASE("check_context_length: the prompt must leave room, unless it is only s
     r.max_tokens = 0;
     CHECK_NOTHROW(check_context_length(r, 5, "prompt"));
     // Through the builder: the whole request is refused.
-    CHECK(error_of([] { build_completion_request(R"({"model":"stories260K","prompt":"Once upon a time"})", context(8)); })
-              .code == "context_length_exceeded");
+    CHECK(error_of([] {
+              build_completion_request(R"({"model":"stories260K","prompt":"Once upon a time"})", context(8));
+          }).code == "context_length_exceeded");
 }

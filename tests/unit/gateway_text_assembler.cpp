@@ -110,9 +110,13 @@ TEST_CASE("bytes that can never be valid UTF-8 are not held") {
     s.add(ta.push(byte_token(0xC3), nullptr));
     CHECK(s.text.empty());
     s.add(ta.push(kA, nullptr));  // C3 41: invalid, so complete
-    CHECK(s.text == "\xC3" "A");
+    CHECK(s.text ==
+          "\xC3"
+          "A");
     s.add(ta.push(byte_token(0xFF), nullptr));
-    CHECK(s.text == "\xC3" "A\xFF");
+    CHECK(s.text ==
+          "\xC3"
+          "A\xFF");
     CHECK(s.entries.size() == 3);
 }
 
@@ -297,12 +301,14 @@ TEST_CASE("UTF-8 helpers follow RFC 3629 and the maximal-subpart substitution") 
 
     CHECK(complete_utf8_prefix("ab\xF0\x9F\x98") == 2);
     CHECK(complete_utf8_prefix("ab\xF0\x9F\x98\x80") == 6);
-    CHECK(complete_utf8_prefix("ab\xF0\x9F" "A") == 5);  // invalid, so complete
-    CHECK(complete_utf8_prefix("\xE0\x80") == 2);        // E0 80 can never be valid
+    CHECK(complete_utf8_prefix("ab\xF0\x9F"
+                               "A") == 5);         // invalid, so complete
+    CHECK(complete_utf8_prefix("\xE0\x80") == 2);  // E0 80 can never be valid
 
     const std::string fffd = "\xEF\xBF\xBD";
     // The same results as Python's bytes.decode("utf-8", "replace").
-    CHECK(sanitize_utf8("\xF0\x9F\x98" "A") == fffd + "A");
+    CHECK(sanitize_utf8("\xF0\x9F\x98"
+                        "A") == fffd + "A");
     CHECK(sanitize_utf8("\xED\xA0\x80") == fffd + fffd + fffd);
     CHECK(sanitize_utf8("\xC0\xAF") == fffd + fffd);
     CHECK(sanitize_utf8("\xE0\x80\x80") == fffd + fffd + fffd);

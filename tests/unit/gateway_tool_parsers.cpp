@@ -20,8 +20,11 @@ const std::string kTools = R"([
 
 // An assistant turn with the two calls (arguments as objects, as templates take them).
 std::string two_calls_turn(const std::string& extra = "", bool two = true) {
-    std::string calls = R"({"id": "abcDEF123", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}})";
-    if (two) calls += R"(, {"id": "ghiJKL456", "type": "function", "function": {"name": "get_time", "arguments": {"tz": "CET"}}})";
+    std::string calls =
+        R"({"id": "abcDEF123", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}})";
+    if (two)
+        calls +=
+            R"(, {"id": "ghiJKL456", "type": "function", "function": {"name": "get_time", "arguments": {"tz": "CET"}}})";
     return R"([{"role": "user", "content": "What is the weather in Paris?"}, {"role": "assistant")" + extra +
            R"(, "tool_calls": [)" + calls + "]}]";
 }
@@ -76,18 +79,21 @@ TEST_CASE("hermes: the Hermes 3 template's two calls") {
     const std::string turn = between(
         render("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", two_calls_turn(), kTools, false, "<s>", "</s>"),
         "<|im_start|>assistant", "<|im_end|>");
-    CHECK(turn.starts_with("\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+    CHECK(turn.starts_with(
+        "\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
     const Parsed p = parse_all_ways(maker(tools_of(ToolFamily::Hermes)), turn);
     check_two_calls(p);
     CHECK(p.content.empty());
 }
 
 TEST_CASE("hermes: Qwen2.5 content before a call") {
-    const std::string turn = between(render("Qwen-Qwen2.5-7B-Instruct.jinja",
-                                            two_calls_turn(R"(, "content": "Let me check.")", false), kTools, false,
-                                            "", "<|im_end|>"),
-                                     "<|im_start|>assistant\n", "<|im_end|>");
-    CHECK(turn == "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    const std::string turn =
+        between(render("Qwen-Qwen2.5-7B-Instruct.jinja", two_calls_turn(R"(, "content": "Let me check.")", false),
+                       kTools, false, "", "<|im_end|>"),
+                "<|im_start|>assistant\n", "<|im_end|>");
+    CHECK(
+        turn ==
+        "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
     const Parsed p = parse_all_ways(maker(tools_of(ToolFamily::Hermes)), turn);
     check_two_calls(p, false);
     CHECK(p.content == "Let me check.");  // the newline touching <tool_call> is no part
@@ -102,11 +108,13 @@ TEST_CASE("hermes: content after calls, and malformed calls stay content") {
     // Not JSON, no name, a number for a name, arguments that are not an object, cut
     // before the commit: all content, markers included.
     check_all_content(mk, {"A <tool_call>not json</tool_call> B", "<tool_call>{\"arguments\": {\"a\": 1}}</tool_call>",
-                      "<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>",
-                      "<tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>",
-                      "<tool_call>\n{\"name\": \"get_weather\", \"argu", "x <tool_call", "<tool_call>{\"name\": \"a b\", \"arguments\": {}}"});
+                           "<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>",
+                           "<tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>",
+                           "<tool_call>\n{\"name\": \"get_weather\", \"argu", "x <tool_call",
+                           "<tool_call>{\"name\": \"a b\", \"arguments\": {}}"});
     // A failed call, then a good one: the first stays content.
-    p = parse_all_ways(mk, "<tool_call>oops</tool_call><tool_call>{\"name\": \"g\", \"arguments\": {\"x\": [1, 2]}}</tool_call>");
+    p = parse_all_ways(
+        mk, "<tool_call>oops</tool_call><tool_call>{\"name\": \"g\", \"arguments\": {\"x\": [1, 2]}}</tool_call>");
     REQUIRE(p.calls.size() == 1);
     CHECK(p.calls[0].name == "g");
     CHECK(p.calls[0].arguments == "{\"x\": [1, 2]}");
@@ -147,7 +155,8 @@ TEST_CASE("hermes: a text that may still become the start marker is held back") 
 TEST_CASE("hermes: parallel_tool_calls false ends the output after the first call") {
     auto p = make_output_parser(tools_of(ToolFamily::Hermes, false));
     std::vector<Span> spans;
-    const std::string text = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"b\", \"arguments\": {}}";
+    const std::string text =
+        "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"b\", \"arguments\": {}}";
     p->feed(text.substr(0, 45), false, spans);
     CHECK(p->done());
     p->feed(text.substr(45), true, spans);
@@ -158,10 +167,11 @@ TEST_CASE("hermes: parallel_tool_calls false ends the output after the first cal
 }
 
 TEST_CASE("qwen3: reasoning, then calls") {
-    const std::string turn = between(
-        render("Qwen-Qwen3-0.6B.jinja", two_calls_turn(R"(, "content": "", "reasoning_content": "The user wants weather.")"),
-               kTools, false, "", "<|im_end|>"),
-        "<|im_start|>assistant\n", "<|im_end|>");
+    const std::string turn =
+        between(render("Qwen-Qwen3-0.6B.jinja",
+                       two_calls_turn(R"(, "content": "", "reasoning_content": "The user wants weather.")"), kTools,
+                       false, "", "<|im_end|>"),
+                "<|im_start|>assistant\n", "<|im_end|>");
     CHECK(turn.starts_with("<think>\nThe user wants weather.\n</think>\n\n<tool_call>"));
     OutputOptions o = tools_of(ToolFamily::Hermes);
     o.reasoning = detect_reasoning_family(template_text("Qwen-Qwen3-0.6B.jinja"));
@@ -175,32 +185,36 @@ TEST_CASE("qwen3: reasoning, then calls") {
 TEST_CASE("llama3: the Llama 3.1 and 3.2 templates' call, ';'-separated calls, and content") {
     for (const char* file : {"meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja"}) {
         INFO(file);
-        const std::string turn = between(render(file, two_calls_turn("", false), kTools, false, "<|begin_of_text|>", ""),
-                                         "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>");
+        const std::string turn =
+            between(render(file, two_calls_turn("", false), kTools, false, "<|begin_of_text|>", ""),
+                    "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>");
         CHECK(turn == "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}");
         check_two_calls(parse_all_ways(maker(tools_of(ToolFamily::Llama3)), turn), false);
     }
     auto mk = maker(tools_of(ToolFamily::Llama3));
-    Parsed p = parse_all_ways(mk, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}; "
-                                  "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}");
+    Parsed p = parse_all_ways(mk,
+                              "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}; "
+                              "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}");
     check_two_calls(p);
     // Calls only at the start; a JSON object later is content, and so is plain text.
     check_all_content(mk, {"Here: {\"name\": \"f\", \"parameters\": {}}", "{not a call}", "  {\"name\": \"f\"}",
-                       "<|python_tag|>brave_search.call(query=\"x\")"});
+                           "<|python_tag|>brave_search.call(query=\"x\")"});
 }
 
 TEST_CASE("mistral: Nemo's JSON list and Small 3.2's [ARGS] form") {
-    const std::string nemo = between(render("mistralai-Mistral-Nemo-Instruct-2407.jinja", two_calls_turn(), kTools,
-                                            false, "<s>", "</s>"),
-                                     "[/INST]", "</s>");
-    CHECK(nemo.starts_with("[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abcDEF123\"}"));
+    const std::string nemo =
+        between(render("mistralai-Mistral-Nemo-Instruct-2407.jinja", two_calls_turn(), kTools, false, "<s>", "</s>"),
+                "[/INST]", "</s>");
+    CHECK(nemo.starts_with(
+        "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abcDEF123\"}"));
     check_two_calls(parse_all_ways(maker(tools_of(ToolFamily::Mistral)), nemo));
 
-    const std::string small = between(render("Mistral-Small-3.2-24B-Instruct-2506.jinja", two_calls_turn(), kTools,
-                                             false, "<s>", "</s>"),
-                                      "[/INST]", "</s>");
-    CHECK(small == "[TOOL_CALLS]get_weather[CALL_ID]abcDEF123[ARGS]{\"city\": \"Paris\"}"
-                   "[TOOL_CALLS]get_time[CALL_ID]ghiJKL456[ARGS]{\"tz\": \"CET\"}");
+    const std::string small =
+        between(render("Mistral-Small-3.2-24B-Instruct-2506.jinja", two_calls_turn(), kTools, false, "<s>", "</s>"),
+                "[/INST]", "</s>");
+    CHECK(small ==
+          "[TOOL_CALLS]get_weather[CALL_ID]abcDEF123[ARGS]{\"city\": \"Paris\"}"
+          "[TOOL_CALLS]get_time[CALL_ID]ghiJKL456[ARGS]{\"tz\": \"CET\"}");
     check_two_calls(parse_all_ways(maker(tools_of(ToolFamily::Mistral)), small));
     // Without [CALL_ID] (as models write it), after content; and malformed forms.
     auto mk = maker(tools_of(ToolFamily::Mistral));
@@ -208,33 +222,39 @@ TEST_CASE("mistral: Nemo's JSON list and Small 3.2's [ARGS] form") {
     check_two_calls(p, false);
     CHECK(p.content == "Checking.");
     check_all_content(mk, {"[TOOL_CALLS]get weather[ARGS]{}", "[TOOL_CALLS]f[ARGS]nope", "[TOOL_CALLS][1, 2]",
-                      "[TOOL_CALLS]f{\"a\": 1}"});
+                           "[TOOL_CALLS]f{\"a\": 1}"});
 }
 
 TEST_CASE("deepseek: V3.1 and R1 forms") {
     const std::string v31 = between(render("deepseek-ai-DeepSeek-V3.1.jinja", two_calls_turn(), kTools, false,
                                            "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
                                     "<｜Assistant｜><think></think>", "<｜end▁of▁sentence｜>");
-    CHECK(v31.starts_with("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜>"));
+    CHECK(
+        v31.starts_with("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": "
+                        "\"Paris\"}<｜tool▁call▁end｜>"));
     OutputOptions o = tools_of(ToolFamily::DeepSeek);
     o.reasoning = ReasoningFamily::Think;
     check_two_calls(parse_all_ways(maker(o), v31));
 
-    const std::string r1 = between(render("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", two_calls_turn(R"(, "content": null)"), kTools,
-                                          false, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
-                                   "<｜Assistant｜>", "<｜end▁of▁sentence｜>");
-    CHECK(r1.starts_with("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n"));
+    const std::string r1 =
+        between(render("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", two_calls_turn(R"(, "content": null)"), kTools,
+                       false, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+                "<｜Assistant｜>", "<｜end▁of▁sentence｜>");
+    CHECK(
+        r1.starts_with("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"
+                       "\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n"));
     check_two_calls(parse_all_ways(maker(o), r1));
 
     // R1 thinking: the generation prompt ends inside <think>; reasoning, then a call
     // without the outer begin marker; broken arguments run to the call's end.
-    const std::string prompt = render("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
-                                      R"([{"role": "user", "content": "Hi"}])", kTools, true,
-                                      "<｜begin▁of▁sentence｜>", "", R"({"enable_thinking": true})");
+    const std::string prompt =
+        render("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", R"([{"role": "user", "content": "Hi"}])", kTools, true,
+               "<｜begin▁of▁sentence｜>", "", R"({"enable_thinking": true})");
     o.inside_reasoning = prompt_opens_reasoning(prompt, reasoning_syntax(ReasoningFamily::Think));
     CHECK(o.inside_reasoning);
-    Parsed p = parse_all_ways(maker(o), "Weather, then.\n</think>\n\nOK.<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
-                                         "```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+    Parsed p = parse_all_ways(maker(o),
+                              "Weather, then.\n</think>\n\nOK.<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+                              "```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
     CHECK(p.reasoning == "Weather, then.");
     CHECK(p.content == "OK.");
     check_two_calls(p, false);
@@ -248,8 +268,9 @@ TEST_CASE("deepseek: V3.1 and R1 forms") {
 
 TEST_CASE("granite: a JSON list after <|tool_call|>") {
     auto mk = maker(tools_of(ToolFamily::Granite));
-    Parsed p = parse_all_ways(mk, "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
-                                  "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}]");
+    Parsed p = parse_all_ways(mk,
+                              "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+                              "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}]");
     check_two_calls(p);
     p = parse_all_ways(mk, "<|tool_call|>{\"name\": \"f\", \"arguments\": {}}");  // not a list
     CHECK(p.calls.empty());
@@ -261,9 +282,10 @@ TEST_CASE("granite: a JSON list after <|tool_call|>") {
 
 TEST_CASE("command_r: command-r7b's action list, with reasoning; and the older Action: form") {
     const std::string file = "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja";
-    const std::string turn = between(render(file, two_calls_turn(R"(, "reasoning_content": "I will look it up.")"), kTools,
-                                            false, "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>", R"({"enable_thinking": true})"),
-                                     "<|CHATBOT_TOKEN|>", "<|END_OF_TURN_TOKEN|>");
+    const std::string turn =
+        between(render(file, two_calls_turn(R"(, "reasoning_content": "I will look it up.")"), kTools, false,
+                       "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>", R"({"enable_thinking": true})"),
+                "<|CHATBOT_TOKEN|>", "<|END_OF_TURN_TOKEN|>");
     CHECK(turn.starts_with("<|START_THINKING|>I will look it up.<|END_THINKING|><|START_ACTION|>[\n"));
     OutputOptions o = tools_of(ToolFamily::CommandR);
     o.reasoning = detect_reasoning_family(template_text(file));
@@ -273,37 +295,42 @@ TEST_CASE("command_r: command-r7b's action list, with reasoning; and the older A
     check_two_calls(p);
     CHECK(p.content.empty());
     // An answer: the response wrappers are no part.
-    p = parse_all_ways(maker(o), "<|START_THINKING|>Easy.<|END_THINKING|><|START_RESPONSE|>It is sunny.<|END_RESPONSE|>");
+    p = parse_all_ways(maker(o),
+                       "<|START_THINKING|>Easy.<|END_THINKING|><|START_RESPONSE|>It is sunny.<|END_RESPONSE|>");
     CHECK(p.reasoning == "Easy.");
     CHECK(p.content == "It is sunny.");
     p = parse_all_ways(maker(tools_of(ToolFamily::CommandR)),
-                       "Plan: look it up.\nAction: ```json\n[{\"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}]\n```");
+                       "Plan: look it up.\nAction: ```json\n[{\"tool_name\": \"get_weather\", \"parameters\": "
+                       "{\"city\": \"Paris\"}}]\n```");
     check_two_calls(p, false);
     CHECK(p.content == "Plan: look it up.");
 }
 
 TEST_CASE("gpt_oss: the template's call, and channels as models write them") {
-    const std::string full = render("openai-gpt-oss-120b.jinja",
-                                    two_calls_turn(R"(, "thinking": "Need the weather tool.")", false), kTools, false, "",
-                                    "");
+    const std::string full =
+        render("openai-gpt-oss-120b.jinja", two_calls_turn(R"(, "thinking": "Need the weather tool.")", false), kTools,
+               false, "", "");
     const std::string turn =
         between(full, "<|start|>user<|message|>What is the weather in Paris?<|end|><|start|>assistant", "<|call|>");
-    CHECK(turn == "<|channel|>analysis<|message|>Need the weather tool.<|end|><|start|>assistant to=functions.get_weather"
-                  "<|channel|>commentary json<|message|>{\"city\": \"Paris\"}");
+    CHECK(turn ==
+          "<|channel|>analysis<|message|>Need the weather tool.<|end|><|start|>assistant to=functions.get_weather"
+          "<|channel|>commentary json<|message|>{\"city\": \"Paris\"}");
     OutputOptions o = tools_of(ToolFamily::GptOss);
     o.reasoning = detect_reasoning_family(template_text("openai-gpt-oss-120b.jinja"));
     CHECK(o.reasoning == ReasoningFamily::GptOss);
     Parsed p = parse_all_ways(maker(o), turn);
     CHECK(p.reasoning == "Need the weather tool.");
     check_two_calls(p, false);
-    p = parse_all_ways(maker(o), "<|channel|>analysis<|message|>Two lookups.<|end|><|start|>assistant<|channel|>commentary "
-                                 "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>"
-                                 "<|start|>assistant<|channel|>commentary to=functions.get_time <|constrain|>json"
-                                 "<|message|>{\"tz\": \"CET\"}<|call|>");
+    p = parse_all_ways(maker(o),
+                       "<|channel|>analysis<|message|>Two lookups.<|end|><|start|>assistant<|channel|>commentary "
+                       "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>"
+                       "<|start|>assistant<|channel|>commentary to=functions.get_time <|constrain|>json"
+                       "<|message|>{\"tz\": \"CET\"}<|call|>");
     check_two_calls(p);
     CHECK(p.reasoning == "Two lookups.");
-    p = parse_all_ways(maker(o), "<|channel|>analysis<|message|>Simple.<|end|><|start|>assistant<|channel|>final"
-                                 "<|message|>Hello there.<|return|>");
+    p = parse_all_ways(maker(o),
+                       "<|channel|>analysis<|message|>Simple.<|end|><|start|>assistant<|channel|>final"
+                       "<|message|>Hello there.<|return|>");
     CHECK(p.reasoning == "Simple.");
     CHECK(p.content == "Hello there.");
     CHECK(p.calls.empty());
@@ -322,7 +349,8 @@ TEST_CASE("constrained output: a named function's arguments, or a list of calls"
     check_two_calls(p, false);
     CHECK(p.calls[0].name_text.empty());  // the name was not generated
     o.function.reset();
-    p = parse_all_ways(maker(o), "[{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}, "
-                                 "{\"name\": \"get_time\", \"parameters\": {\"tz\": \"CET\"}}]");
+    p = parse_all_ways(maker(o),
+                       "[{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}, "
+                       "{\"name\": \"get_time\", \"parameters\": {\"tz\": \"CET\"}}]");
     check_two_calls(p);
 }

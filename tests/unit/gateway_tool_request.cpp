@@ -80,27 +80,60 @@ TEST_CASE("unknown members get OpenAI's 400; no-op members are accepted by name"
               .empty());
     CHECK(known_error(R"({"user": 3})", ParamSet::Chat) == "'user' must be a string");
     CHECK(known_error(R"({"metadata": {"k": 1}})", ParamSet::Chat) == "'metadata' must be an object of strings");
-    CHECK(known_error(R"({"store": true})", ParamSet::Chat).starts_with("'store' is only supported at its default (false)"));
+    CHECK(known_error(R"({"store": true})", ParamSet::Chat)
+              .starts_with("'store' is only supported at its default (false)"));
     CHECK(known_error(R"({"store": true})", ParamSet::Responses).empty());  // the Responses endpoint decides
-    CHECK(known_error(R"({"skip_special_tokens": false})", ParamSet::Chat).starts_with("'skip_special_tokens' is only"));
-    CHECK(known_error(R"({"skip_special_tokens": true, "length_penalty": 1.0, "stop_token_ids": []})", ParamSet::Chat).empty());
-    CHECK(known_error(R"({"functions": []})", ParamSet::Chat) == "'functions' is not supported: it is deprecated; use 'tools'");
+    CHECK(
+        known_error(R"({"skip_special_tokens": false})", ParamSet::Chat).starts_with("'skip_special_tokens' is only"));
+    CHECK(known_error(R"({"skip_special_tokens": true, "length_penalty": 1.0, "stop_token_ids": []})", ParamSet::Chat)
+              .empty());
+    CHECK(known_error(R"({"functions": []})", ParamSet::Chat) ==
+          "'functions' is not supported: it is deprecated; use 'tools'");
     CHECK(known_error(R"({"suffix": "x"})", ParamSet::Completions).starts_with("'suffix' is not supported"));
     // The engine's prefix cache is shared: a salt that asks for isolation cannot be honoured.
     CHECK(known_error(R"({"cache_salt": "tenant-a"})", ParamSet::Chat).starts_with("'cache_salt' is not supported"));
-    CHECK(known_error(R"({"messages": []})", ParamSet::Completions) == "Unrecognized request argument supplied: messages");
+    CHECK(known_error(R"({"messages": []})", ParamSet::Completions) ==
+          "Unrecognized request argument supplied: messages");
     CHECK(known_error(R"({"prompt": "x"})", ParamSet::Chat) == "Unrecognized request argument supplied: prompt");
-    CHECK(known_error(R"({"input": "x", "instructions": "y", "max_output_tokens": 5, "include": []})", ParamSet::Responses).empty());
+    CHECK(known_error(R"({"input": "x", "instructions": "y", "max_output_tokens": 5, "include": []})",
+                      ParamSet::Responses)
+              .empty());
 }
 
 TEST_CASE("every member the request path honours is known for its endpoint") {
-    const char* both[] = {"model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs",
-                          "stop", "presence_penalty", "frequency_penalty", "logit_bias", "seed", "top_k", "min_p",
-                          "repetition_penalty", "allowed_token_ids", "logprobs_mode", "ignore_eos",
-                          "return_tokens_as_token_ids", "prompt_logprobs", "return_token_ids", "response_format",
-                          "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs", "user"};
-    const char* chat_only[] = {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                               "parallel_tool_calls", "chat_template_kwargs", "add_generation_prompt", "reasoning_effort"};
+    const char* both[] = {"model",
+                          "max_tokens",
+                          "temperature",
+                          "top_p",
+                          "n",
+                          "stream",
+                          "stream_options",
+                          "logprobs",
+                          "stop",
+                          "presence_penalty",
+                          "frequency_penalty",
+                          "logit_bias",
+                          "seed",
+                          "top_k",
+                          "min_p",
+                          "repetition_penalty",
+                          "allowed_token_ids",
+                          "logprobs_mode",
+                          "ignore_eos",
+                          "return_tokens_as_token_ids",
+                          "prompt_logprobs",
+                          "return_token_ids",
+                          "response_format",
+                          "guided_json",
+                          "guided_regex",
+                          "guided_choice",
+                          "guided_grammar",
+                          "structured_outputs",
+                          "user"};
+    const char* chat_only[] = {
+        "messages",        "max_completion_tokens", "top_logprobs",         "tools",
+        "tool_choice",     "parallel_tool_calls",   "chat_template_kwargs", "add_generation_prompt",
+        "reasoning_effort"};
     const char* completions_only[] = {"prompt", "echo", "best_of"};
     for (const char* n : both) {
         INFO(n);
@@ -126,18 +159,25 @@ TEST_CASE("tools and tool_choice: validation and what the output parser is told"
     CHECK_FALSE(output_of("{}").output.calls);
 
     CHECK(output_error(R"({"tools": {}})") == "'tools' must be an array");
-    CHECK(output_error(R"({"tools": [{"type": "code_interpreter"}]})").starts_with("tools[0] must be an object with \"type\": \"function\""));
+    CHECK(output_error(R"({"tools": [{"type": "code_interpreter"}]})")
+              .starts_with("tools[0] must be an object with \"type\": \"function\""));
     CHECK(output_error(R"({"tools": [{"type": "function", "function": {"name": "bad name"}}]})")
               .starts_with("tools[0].function.name must be 1 to 64"));
-    CHECK(output_error(R"({"tools": [{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "a"}}]})") ==
-          "two tools are named 'a'");
+    CHECK(
+        output_error(
+            R"({"tools": [{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "a"}}]})") ==
+        "two tools are named 'a'");
     CHECK(output_error(R"({"tool_choice": "required"})") == "'tool_choice' \"required\" needs 'tools'");
-    CHECK(output_error(R"({"tools": )" + kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}}})") ==
+    CHECK(output_error(R"({"tools": )" + kTools +
+                       R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}}})") ==
           "'tool_choice' names 'nope', which is not in 'tools'");
-    CHECK(output_error(R"({"tools": )" + kTools + R"(, "tool_choice": "sometimes"})").starts_with("'tool_choice' must be"));
-    CHECK(output_error(R"({"tools": )" + kTools + R"(, "parallel_tool_calls": 1})") == "'parallel_tool_calls' must be a boolean");
+    CHECK(output_error(R"({"tools": )" + kTools + R"(, "tool_choice": "sometimes"})")
+              .starts_with("'tool_choice' must be"));
+    CHECK(output_error(R"({"tools": )" + kTools + R"(, "parallel_tool_calls": 1})") ==
+          "'parallel_tool_calls' must be a boolean");
     // A model whose template shows no tool-call syntax cannot return calls.
-    CHECK(output_error(R"({"tools": )" + kTools + "}", ChatFormat{}).starts_with("this model's chat template shows no tool-call syntax"));
+    CHECK(output_error(R"({"tools": )" + kTools + "}", ChatFormat{})
+              .starts_with("this model's chat template shows no tool-call syntax"));
     CHECK(output_error(R"({"tools": )" + kTools + R"(, "tool_choice": "none"})", ChatFormat{}).empty());
 }
 
@@ -145,7 +185,9 @@ TEST_CASE("forced calls and response formats become one grammar constraint") {
     // Families without a tagged syntax (here llama3): a JSON Schema of the call(s), read by
     // the constrained parser.
     const ChatFormat llama3{ToolFamily::Llama3, ReasoningFamily::None};
-    OutputRequest r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})", llama3);
+    OutputRequest r = output_of(
+        R"({"tools": )" + kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})",
+        llama3);
     REQUIRE(r.constraint);
     CHECK(r.constraint->param == "tool_choice");
     CHECK(r.constraint->value == R"({"type":"object","properties":{"city":{"type":"string"}}})");
@@ -153,14 +195,16 @@ TEST_CASE("forced calls and response formats become one grammar constraint") {
     CHECK(r.output.function == "get_weather");
     r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": "required", "parallel_tool_calls": false})", llama3);
     REQUIRE(r.constraint);
-    CHECK(r.constraint->value ==
-          R"({"type":"array","minItems":1,"maxItems":1,"items":{"anyOf":[{"type":"object","properties":{"name":{"const":"get_weather"},)"
-          R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}},"required":["name","parameters"]},)"
-          R"({"type":"object","properties":{"name":{"const":"get_time"},"parameters":{"type":"object"}},"required":["name","parameters"]}]}})");
+    CHECK(
+        r.constraint->value ==
+        R"({"type":"array","minItems":1,"maxItems":1,"items":{"anyOf":[{"type":"object","properties":{"name":{"const":"get_weather"},)"
+        R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}},"required":["name","parameters"]},)"
+        R"({"type":"object","properties":{"name":{"const":"get_time"},"parameters":{"type":"object"}},"required":["name","parameters"]}]}})");
     CHECK_FALSE(r.output.function);
     CHECK(json(r.constraint->value).IsObject());  // it is JSON
     // Hermes: the calls in its own syntax (tagged_json), read by the Hermes parser.
-    r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}}})");
+    r = output_of(R"({"tools": )" + kTools +
+                  R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}}})");
     REQUIRE(r.constraint);
     CHECK(r.constraint->kind == OutputConstraint::Kind::TaggedJson);
     CHECK(r.constraint->value ==
@@ -174,7 +218,8 @@ TEST_CASE("forced calls and response formats become one grammar constraint") {
     CHECK(r.constraint->value.find(R"("repeat":true)") != std::string::npos);
     CHECK(r.constraint->value.find(R"({"const":"get_weather"})") != std::string::npos);
     CHECK(json(r.constraint->value).IsObject());
-    r = output_of(R"({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer"}}}})");
+    r = output_of(
+        R"({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer"}}}})");
     REQUIRE(r.constraint);
     CHECK(r.constraint->kind == OutputConstraint::Kind::JsonSchema);
     CHECK(r.constraint->value == R"({"type":"integer"})");
@@ -195,8 +240,10 @@ TEST_CASE("chat_template_kwargs and reasoning_effort reach only a template that 
     OutputRequest r = output_of(R"({"chat_template_kwargs": {"enable_thinking": false}})", {}, qwen3);
     CHECK(to_json(r.template_kwargs) == R"({"enable_thinking":false})");
     CHECK(output_error(R"({"chat_template_kwargs": {"enable_thinking": false}})", {}, gpt_oss) ==
-          "this model's chat template does not read 'enable_thinking', so 'chat_template_kwargs.enable_thinking' would change nothing");
-    r = output_of(R"({"reasoning_effort": "high", "chat_template_kwargs": {"model_identity": "I am loom."}})", {}, gpt_oss);
+          "this model's chat template does not read 'enable_thinking', so 'chat_template_kwargs.enable_thinking' would "
+          "change nothing");
+    r = output_of(R"({"reasoning_effort": "high", "chat_template_kwargs": {"model_identity": "I am loom."}})", {},
+                  gpt_oss);
     CHECK(to_json(r.template_kwargs) == R"({"model_identity":"I am loom.","reasoning_effort":"high"})");
     CHECK(output_error(R"({"reasoning_effort": "high"})", {}, qwen3) ==
           "this model's chat template does not read reasoning_effort, so it would change nothing");
@@ -220,9 +267,13 @@ TEST_CASE("tool-call arguments become objects for the template; tool messages na
     CHECK(to_json(out[1]["tool_calls"][0]["function"]["arguments"]) == R"({"city":"Paris"})");
     CHECK(to_json(out[1]["tool_calls"][1]["function"]["arguments"]) == R"("not json")");
     const auto no_id = json(R"([{"role": "tool", "content": "x"}])");
-    CHECK(error_of([&] { messages_for_template(no_id); }) == "messages[0].tool_call_id must be a string (the call it answers)");
-    const auto bad_args = json(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 3}}]}])");
-    CHECK(error_of([&] { messages_for_template(bad_args); }).starts_with("messages[0].tool_calls[0].function.arguments must be"));
+    CHECK(error_of([&] { messages_for_template(no_id); }) ==
+          "messages[0].tool_call_id must be a string (the call it answers)");
+    const auto bad_args =
+        json(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 3}}]}])");
+    CHECK(error_of([&] {
+              messages_for_template(bad_args);
+          }).starts_with("messages[0].tool_calls[0].function.arguments must be"));
 }
 
 TEST_CASE("response JSON of a split output: content null beside calls, extension logprob lists") {

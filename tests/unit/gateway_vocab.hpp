@@ -12,7 +12,9 @@ namespace loom::test {
 
 /// Ids of the named pieces of test_tokenizer().
 enum TestToken : int32_t {
-    kUnk = 0, kBos = 1, kEos = 2,
+    kUnk = 0,
+    kBos = 1,
+    kEos = 2,
     kHello = 259,   ///< "▁Hello" -> " Hello"
     kWor = 260,     ///< "▁wor"   -> " wor"
     kLd = 261,      ///< "ld"

@@ -44,9 +44,7 @@ GgufError parse_error(const std::vector<uint8_t>& bytes) {
     const std::vector<uint8_t> copy(bytes);
     try {
         (void)GgufFile::from_memory(copy.data(), copy.size());
-    } catch (const GgufError& e) {
-        return e;
-    }
+    } catch (const GgufError& e) { return e; }
     FAIL("the file parsed");
     return GgufError("", 0);
 }
@@ -202,8 +200,9 @@ TEST_CASE("absurd array lengths, unknown value types, bad bools, nesting") {
     auto b = s.bytes;
     const uint64_t count_at = s.value_type_at(2, 4) + 4 + 4;  // after value type and element type
     put<uint64_t>(b, count_at, uint64_t{1} << 61);
-    expect(b, "array of 2305843009213693952 u32 elements exceeds the " + std::to_string(b.size() - count_at - 8) +
-                  " bytes left",
+    expect(b,
+           "array of 2305843009213693952 u32 elements exceeds the " + std::to_string(b.size() - count_at - 8) +
+               " bytes left",
            count_at);
     b = s.bytes;
     put<uint32_t>(b, s.value_type_at(2, 4) + 4, 13);  // element type
@@ -221,9 +220,13 @@ TEST_CASE("absurd array lengths, unknown value types, bad bools, nesting") {
 
     // Arrays of arrays: 5 levels deep is refused at the fifth element-type field.
     std::vector<uint8_t> n = {'G', 'G', 'U', 'F', 3, 0, 0, 0};
-    auto u64 = [&](uint64_t v) { for (int k = 0; k < 8; ++k) n.push_back(static_cast<uint8_t>(v >> (8 * k))); };
-    auto u32 = [&](uint32_t v) { for (int k = 0; k < 4; ++k) n.push_back(static_cast<uint8_t>(v >> (8 * k))); };
-    u64(0), u64(1), u64(1), n.push_back('k'), u32(9);  // one key "k" of type ARRAY
+    auto u64 = [&](uint64_t v) {
+        for (int k = 0; k < 8; ++k) n.push_back(static_cast<uint8_t>(v >> (8 * k)));
+    };
+    auto u32 = [&](uint32_t v) {
+        for (int k = 0; k < 4; ++k) n.push_back(static_cast<uint8_t>(v >> (8 * k)));
+    };
+    u64(0), u64(1), u64(1), n.push_back('k'), u32(9);        // one key "k" of type ARRAY
     for (int level = 0; level < 4; ++level) u32(9), u64(1);  // 4 nested arrays of one array each
     const uint64_t deep_at = n.size();
     u32(4), u64(0);
@@ -316,16 +319,16 @@ TEST_CASE("tensor data offsets: outside the file, misaligned, overlapping") {
     expect(b, "tensor 'b' data offset 36 is not a multiple of the alignment 32", s.offset_at(1, 1));
     b = s.bytes;
     put<uint64_t>(b, s.offset_at(1, 1), 32);  // tensor 'a' holds [0, 64)
-    expect(b,
-           "tensor 'b' data at " + std::to_string(data + 32) + " overlaps tensor 'a' [" + std::to_string(data) +
-               ", +64)",
-           s.offset_at(1, 1));
+    expect(
+        b,
+        "tensor 'b' data at " + std::to_string(data + 32) + " overlaps tensor 'a' [" + std::to_string(data) + ", +64)",
+        s.offset_at(1, 1));
     b = s.bytes;
     REQUIRE(s.offset_at(1, 1) + 8 < data - 1);  // the header ends before the padding does
-    b.resize(data - 1);  // the header ends, the data section does not start
+    b.resize(data - 1);                         // the header ends, the data section does not start
     expect(b,
-           "data section would start at " + std::to_string(data) + ", past the end of the " +
-               std::to_string(data - 1) + "-byte file",
+           "data section would start at " + std::to_string(data) + ", past the end of the " + std::to_string(data - 1) +
+               "-byte file",
            s.offset_at(1, 1) + 8);
 }
 

@@ -56,9 +56,9 @@ TEST_CASE("a minimal file has exactly the GGUF v3 byte layout") {
     w.add_tensor("t", {2}, id(GgmlType::F32), data, sizeof data);
     std::vector<uint8_t> want;
     append<uint32_t>(want, 0x46554747);  // "GGUF"
-    append<uint32_t>(want, 3);  // version
-    append<uint64_t>(want, 1);  // tensors
-    append<uint64_t>(want, 1);  // metadata pairs
+    append<uint32_t>(want, 3);           // version
+    append<uint64_t>(want, 1);           // tensors
+    append<uint64_t>(want, 1);           // metadata pairs
     append<uint64_t>(want, 1), append<char>(want, 'a'), append<uint32_t>(want, 4), append<uint32_t>(want, 7);
     append<uint64_t>(want, 1), append<char>(want, 't');  // tensor info: name
     append<uint32_t>(want, 1), append<uint64_t>(want, 2), append<uint32_t>(want, 0), append<uint64_t>(want, 0);
@@ -109,7 +109,8 @@ TEST_CASE("every metadata type and several tensors read back through GgufFile") 
     std::vector<float> f32(4 * 3), src(512);
     for (float& v : f32) v = nd(rng);
     for (float& v : src) v = nd(rng);
-    std::vector<uint8_t> f16(2 * 10), q8(lm::row_bytes(id(GgmlType::Q8_0), 64) * 2), q4k(lm::row_bytes(id(GgmlType::Q4_K), 256));
+    std::vector<uint8_t> f16(2 * 10), q8(lm::row_bytes(id(GgmlType::Q8_0), 64) * 2),
+        q4k(lm::row_bytes(id(GgmlType::Q4_K), 256));
     lm::quantize_row(id(GgmlType::F16), src.data(), f16.data(), 10);
     lm::quantize_row(id(GgmlType::Q8_0), src.data(), q8.data(), 128);
     lm::quantize_row(id(GgmlType::Q4_K), src.data(), q4k.data(), 256);
@@ -253,7 +254,7 @@ TEST_CASE("the writer rejects what a GGUF cannot hold") {
     CHECK_THROWS_AS(w.add_tensor_info("u", {48}, id(GgmlType::Q4_0)), std::invalid_argument);  // not whole blocks
     CHECK_THROWS_AS(w.add_tensor_info("u", {2, 0}, id(GgmlType::F32)), std::invalid_argument);
     CHECK_THROWS_AS(w.add_tensor_info("u", {1, 1, 1, 1, 1}, id(GgmlType::F32)), std::invalid_argument);
-    CHECK_THROWS_AS(w.add_tensor_info("u", {4}, 4), std::invalid_argument);  // removed type id
+    CHECK_THROWS_AS(w.add_tensor_info("u", {4}, 4), std::invalid_argument);      // removed type id
     CHECK_THROWS_AS(w.add_u32("general.alignment", 64), std::invalid_argument);  // after tensors
     const float f = 0;
     CHECK_THROWS_AS(w.add_tensor("u", {2}, id(GgmlType::F32), &f, 4), std::invalid_argument);  // 4 of 8 bytes
@@ -369,8 +370,8 @@ TEST_CASE("loom-make-model writes loadable llama-family models") {
         CHECK(f.tensor("output.weight") == nullptr);
         CHECK(f.tensor("blk.0.attn_q_norm.weight")->dims == std::vector<uint64_t>{32});
         CHECK(f.tensor("blk.0.attn_k_norm.weight")->type == id(GgmlType::F32));
-        CHECK(f.tensor("blk.0.attn_q.weight")->type == id(GgmlType::Q8_0));     // rows of 160
-        CHECK(f.tensor("blk.0.ffn_down.weight")->type == id(GgmlType::Q6_K));   // rows of 256
+        CHECK(f.tensor("blk.0.attn_q.weight")->type == id(GgmlType::Q8_0));    // rows of 160
+        CHECK(f.tensor("blk.0.ffn_down.weight")->type == id(GgmlType::Q6_K));  // rows of 256
         CHECK(stats(*f.tensor("token_embd.weight")).second == Approx(3.0 / std::sqrt(160.0)).epsilon(0.05));
         std::filesystem::remove(path);
     }

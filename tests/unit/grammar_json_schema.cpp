@@ -75,14 +75,15 @@ TEST_CASE("json schema: properties in order, required, optional, additionalPrope
     CHECK(p(R"({"name":"a","age":3})"));
     CHECK(p(R"({"name":"a","age":3,"tag":"t"})"));
     CHECK(p("{\n  \"name\": \"a\",\n  \"age\": 3\n}"));
-    CHECK_FALSE(p(R"({"age":3,"name":"a"})"));         // schema order
-    CHECK_FALSE(p(R"({"name":"a"})"));                 // required missing
-    CHECK_FALSE(p(R"({"name":"a","age":3,"x":1})"));   // properties given: no other keys
+    CHECK_FALSE(p(R"({"age":3,"name":"a"})"));        // schema order
+    CHECK_FALSE(p(R"({"name":"a"})"));                // required missing
+    CHECK_FALSE(p(R"({"name":"a","age":3,"x":1})"));  // properties given: no other keys
     CHECK_FALSE(p(R"({"name":"a","age":3,})"));
     CHECK_FALSE(p(R"({"name":"a","age":"3"})"));
 
     Case all_opt(R"({"properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}})");
-    for (const char* ok : {"{}", R"({"a":1})", R"({"b":1})", R"({"c":1})", R"({"a":1,"c":2})", R"({"a":1,"b":2,"c":3})"})
+    for (const char* ok :
+         {"{}", R"({"a":1})", R"({"b":1})", R"({"c":1})", R"({"a":1,"c":2})", R"({"a":1,"b":2,"c":3})"})
         CHECK(all_opt(ok));
     CHECK_FALSE(all_opt(R"({,"a":1})"));
     CHECK_FALSE(all_opt(R"({"b":1,"a":2})"));
@@ -98,8 +99,8 @@ TEST_CASE("json schema: properties in order, required, optional, additionalPrope
                   "additionalProperties": {"type": "string"}})");
     CHECK(extra(R"({"id":1})"));
     CHECK(extra(R"({"id":1,"name":"x","i":"y","idx":"z"})"));
-    CHECK_FALSE(extra(R"({"id":1,"name":2})"));   // additional values follow the schema
-    CHECK_FALSE(extra(R"({"id":1,"id":"x"})"));   // an additional key is never a listed one
+    CHECK_FALSE(extra(R"({"id":1,"name":2})"));  // additional values follow the schema
+    CHECK_FALSE(extra(R"({"id":1,"id":"x"})"));  // an additional key is never a listed one
 
     Case anykey(R"({"properties": {"a": {"type": "null"}}, "additionalProperties": true})");
     CHECK(anykey(R"({"a":null,"b":[1]})"));
@@ -179,7 +180,8 @@ TEST_CASE("json schema: $ref, $defs and recursion", "[grammar]") {
     CHECK(tree(R"({"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]},{"v":4,"kids":[]}]})"));
     CHECK_FALSE(tree(R"({"v":1,"kids":[{"v":2}]})"));
 
-    Case list(R"({"definitions": {"node": {"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#/definitions/node"}, {"type": "null"}]}},
+    Case list(
+        R"({"definitions": {"node": {"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#/definitions/node"}, {"type": "null"}]}},
                  "required": ["next"]}}, "$ref": "#/definitions/node"})");
     CHECK(list(R"({"next":{"next":{"next":null}}})"));
     CHECK_FALSE(list(R"({"next":{}})"));
@@ -193,8 +195,8 @@ TEST_CASE("json schema: string length, pattern and formats", "[grammar]") {
     Case len(R"({"type": "string", "minLength": 2, "maxLength": 3})");
     CHECK(len(R"("ab")"));
     CHECK(len("\"\xC3\xA9\xC3\xA9\xC3\xA9\""));  // three characters, six bytes
-    CHECK(len(R"("a\nb")"));                    // an escape is one character
-    CHECK(len(R"("\ud83d\ude00x")"));           // a surrogate pair is one character
+    CHECK(len(R"("a\nb")"));                     // an escape is one character
+    CHECK(len(R"("\ud83d\ude00x")"));            // a surrogate pair is one character
     CHECK_FALSE(len(R"("a")"));
     CHECK_FALSE(len(R"("abcd")"));
 
@@ -203,7 +205,7 @@ TEST_CASE("json schema: string length, pattern and formats", "[grammar]") {
     CHECK_FALSE(pat(R"("AB-")"));
     CHECK_FALSE(pat(R"("xAB-1")"));
     Case search(R"({"type": "string", "pattern": "a\"b"})");
-    CHECK(search(R"("xx a\"b yy")"));             // unanchored: a search; the quote is escaped
+    CHECK(search(R"("xx a\"b yy")"));  // unanchored: a search; the quote is escaped
     CHECK_FALSE(search(R"("ab")"));
 
     struct F {
@@ -211,15 +213,23 @@ TEST_CASE("json schema: string length, pattern and formats", "[grammar]") {
         std::vector<const char*> ok, bad;
     };
     const std::vector<F> formats = {
-        {"date", {"2024-02-29", "2023-12-31", "0001-01-01"}, {"2023-02-29", "2024-13-01", "2024-04-31", "0000-01-01", "24-01-01"}},
+        {"date",
+         {"2024-02-29", "2023-12-31", "0001-01-01"},
+         {"2023-02-29", "2024-13-01", "2024-04-31", "0000-01-01", "24-01-01"}},
         {"time", {"23:59:59Z", "00:00:00.123+05:30"}, {"24:00:00Z", "12:00:00", "12:60:00Z"}},
-        {"date-time", {"2024-05-06T07:08:09Z", "1999-12-31T23:59:59.5-08:00"}, {"2024-05-06 07:08:09Z", "2024-05-06T07:08Z"}},
+        {"date-time",
+         {"2024-05-06T07:08:09Z", "1999-12-31T23:59:59.5-08:00"},
+         {"2024-05-06 07:08:09Z", "2024-05-06T07:08Z"}},
         {"duration", {"P1D", "PT1H30M", "P1Y2M3DT4H5M6S", "P3W"}, {"P", "PT", "1D", "P1H", "P1W2D"}},
         {"email", {"a.b+c@example.com", "x@y"}, {"@example.com", "a..b@x.com", "a@", "a b@x.com"}},
         {"hostname", {"example.com", "a-b.c1", "localhost"}, {"-a.com", "a-.com", "a..b", ""}},
         {"ipv4", {"192.168.0.1", "0.0.0.0", "255.255.255.255"}, {"256.1.1.1", "01.2.3.4", "1.2.3"}},
-        {"ipv6", {"::", "::1", "2001:db8::8a2e:370:7334", "1:2:3:4:5:6:7:8", "fe80::", "1::2:3"}, {"1:2:3:4:5:6:7:8:9", "1::2::3", ":1", "12345::"}},
-        {"uuid", {"123e4567-e89b-12d3-a456-426614174000"}, {"123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400g"}},
+        {"ipv6",
+         {"::", "::1", "2001:db8::8a2e:370:7334", "1:2:3:4:5:6:7:8", "fe80::", "1::2:3"},
+         {"1:2:3:4:5:6:7:8:9", "1::2::3", ":1", "12345::"}},
+        {"uuid",
+         {"123e4567-e89b-12d3-a456-426614174000"},
+         {"123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400g"}},
     };
     for (const F& f : formats) {
         Case c(std::string(R"({"type": "string", "format": ")") + f.name + "\"}");
@@ -278,10 +288,22 @@ TEST_CASE("json schema: numeric bounds and multipleOf are exact", "[grammar]") {
 TEST_CASE("json schema: whitespace is bounded at every position", "[grammar]") {
     Case s(R"({"type": "object", "properties": {"a": {"type": "array"}}, "required": ["a"]})");
     const std::string w16(16, ' '), w17(17, ' ');
-    CHECK(s(std::string("{").append(w16).append("\"a\":").append(w16).append("[").append(w16).append("1,").append(w16).append("2").append(w16).append("]").append(w16).append("}")));
+    CHECK(s(std::string("{")
+                .append(w16)
+                .append("\"a\":")
+                .append(w16)
+                .append("[")
+                .append(w16)
+                .append("1,")
+                .append(w16)
+                .append("2")
+                .append(w16)
+                .append("]")
+                .append(w16)
+                .append("}")));
     CHECK_FALSE(s(std::string("{").append(w17).append("\"a\":[]}")));
     CHECK_FALSE(s(std::string("{\"a\":[]").append(w17).append("}")));
-    CHECK_FALSE(s(R"({"a" :[]})"));   // none before ':' ...
+    CHECK_FALSE(s(R"({"a" :[]})"));     // none before ':' ...
     CHECK_FALSE(s(R"({"a":[1 ,2]})"));  // ... or ','
     CHECK(s(R"({"a":[1, 2 ] })"));
     CHECK_FALSE(s(" {\"a\":[]}"));  // none before or after the top-level value
@@ -329,7 +351,9 @@ TEST_CASE("json schema: keywords outside the subset are refused by name and poin
         CHECK(std::string(e.what()).find("not valid JSON") != std::string::npos);
     }
     // Annotations are fine.
-    CHECK(Case(R"({"title": "T", "description": "d", "default": 1, "examples": [1], "$schema": "x", "type": "integer"})")("1"));
+    CHECK(
+        Case(R"({"title": "T", "description": "d", "default": 1, "examples": [1], "$schema": "x", "type": "integer"})")(
+            "1"));
 }
 
 TEST_CASE("json schema: hostile sizes are refused or handled without deep recursion", "[grammar]") {
@@ -352,7 +376,8 @@ TEST_CASE("json schema: hostile sizes are refused or handled without deep recurs
     CHECK_FALSE(many(R"({"p199":2,"p7":1})"));
     Case all(props(2000, true));
     std::string doc = "{";
-    for (int k = 0; k < 2000; ++k) doc.append(k ? ",\"p" : "\"p").append(std::to_string(k)).append("\":").append(std::to_string(k));
+    for (int k = 0; k < 2000; ++k)
+        doc.append(k ? ",\"p" : "\"p").append(std::to_string(k)).append("\":").append(std::to_string(k));
     CHECK(all(doc + "}"));
     CHECK_FALSE(all(doc + ",\"p0\":1}"));
     refused(props(300, false), "", "required");
@@ -361,18 +386,23 @@ TEST_CASE("json schema: hostile sizes are refused or handled without deep recurs
     std::string defs;
     for (int k = 0; k < 300; ++k) {
         if (k) defs += ',';
-        defs.append("\"d").append(std::to_string(k)).append("\":{\"$ref\":\"#/$defs/d").append(std::to_string(k + 1)).append("\"}");
+        defs.append("\"d")
+            .append(std::to_string(k))
+            .append("\":{\"$ref\":\"#/$defs/d")
+            .append(std::to_string(k + 1))
+            .append("\"}");
     }
     defs += ",\"d300\":{\"type\":\"null\"}";
     try {
         compile_json_schema(std::string("{\"$defs\":{").append(defs).append("},\"$ref\":\"#/$defs/d0\"}"));
         FAIL("accepted");
-    } catch (const SchemaError& e) {
-        CHECK(std::string(e.what()).find("nested deeper") != std::string::npos);
-    }
+    } catch (const SchemaError& e) { CHECK(std::string(e.what()).find("nested deeper") != std::string::npos); }
     const std::string deep = std::string(1000, '[') + std::string(1000, ']');
     CHECK_THROWS_AS(compile_json_schema(std::string("{\"enum\":[").append(deep).append("]}")), SchemaError);
-    CHECK_THROWS_WITH(compile_regex(std::string(200, '(').append("a").append(200, ')')), Catch::Contains("nested deeper"));
-    refused(std::string("{\"type\":\"object\",\"properties\":{\"").append(300, 'k').append("\":{}},\"additionalProperties\":true}"), "",
-            "additionalProperties");
+    CHECK_THROWS_WITH(compile_regex(std::string(200, '(').append("a").append(200, ')')),
+                      Catch::Contains("nested deeper"));
+    refused(std::string("{\"type\":\"object\",\"properties\":{\"")
+                .append(300, 'k')
+                .append("\":{}},\"additionalProperties\":true}"),
+            "", "additionalProperties");
 }

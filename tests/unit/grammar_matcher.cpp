@@ -68,7 +68,8 @@ std::vector<int32_t> tokens_for(const TestVocab& v, const std::string& text) {
         size_t len = 0;
         for (int32_t id = 0; id < v.bytes->n_vocab(); ++id) {
             const std::string& b = v.bytes->bytes(id);
-            if (b.size() > len && !v.bytes->is_eog(id) && text.compare(pos, b.size(), b) == 0) best = id, len = b.size();
+            if (b.size() > len && !v.bytes->is_eog(id) && text.compare(pos, b.size(), b) == 0)
+                best = id, len = b.size();
         }
         REQUIRE(best >= 0);
         toks.push_back(best);
@@ -104,16 +105,19 @@ void follow(const TestVocab& v, const Grammar& g, const std::string& text, size_
     CHECK(m.ended());
 }
 
-const char* kPerson = R"({"type":"object","properties":{"name":{"type":"string","maxLength":40},"age":{"type":"integer","minimum":0},
+const char* kPerson =
+    R"({"type":"object","properties":{"name":{"type":"string","maxLength":40},"age":{"type":"integer","minimum":0},
   "email":{"type":"string","format":"email"},"tags":{"type":"array","items":{"enum":["a","b c","ü"]}}},
   "required":["name","age"],"additionalProperties":false})";
-const char* kTree = R"({"type":"object","properties":{"v":{"type":"number"},"kids":{"type":"array","items":{"$ref":"#"}}},"required":["v"]})";
+const char* kTree =
+    R"({"type":"object","properties":{"v":{"type":"number"},"kids":{"type":"array","items":{"$ref":"#"}}},"required":["v"]})";
 
 }  // namespace
 
 TEST_CASE("masks equal the per-token check along real outputs (SentencePiece with byte fallback)", "[grammar]") {
     const TestVocab v = load_test_vocab("llama-spm");
-    follow(v, compile_json_schema(kPerson), R"({"name": "Zoë 😀 \"Q\"", "age": 41, "email": "zoe@example.org", "tags": ["b c", "ü"]})", 3);
+    follow(v, compile_json_schema(kPerson),
+           R"({"name": "Zoë 😀 \"Q\"", "age": 41, "email": "zoe@example.org", "tags": ["b c", "ü"]})", 3);
     follow(v, compile_json_object(), "{\n  \"a\": [1, {\"b\": null}],\n  \"c\": \"日本\"\n}", 2);
     follow(v, compile_json_schema(kTree), R"({"v":1,"kids":[{"v":2.5,"kids":[]},{"v":-3}]})", 1);
     follow(v, compile_regex("[0-9]{3}-[A-Z]+( [a-z]+)?"), "123-ABC xyz", 1, false);
@@ -121,14 +125,18 @@ TEST_CASE("masks equal the per-token check along real outputs (SentencePiece wit
 
 TEST_CASE("masks equal the per-token check along real outputs (byte-level BPE)", "[grammar]") {
     const TestVocab v = load_test_vocab("gpt-2");
-    follow(v, compile_json_schema(kPerson), R"({"name":"Zoë 😀 \"Q\"","age":41,"email":"zoe@example.org","tags":["b c","ü"]})", 2);
+    follow(v, compile_json_schema(kPerson),
+           R"({"name":"Zoë 😀 \"Q\"","age":41,"email":"zoe@example.org","tags":["b c","ü"]})", 2);
     follow(v, compile_json_schema(kTree), R"({"v": 1, "kids": [{"v": 2.5, "kids": []}, {"v": -3}]})", 1);
     follow(v, compile_choice({"positive", "negative", "neutral"}), "neutral", 1);
 }
 
 TEST_CASE("byte-fallback tokens build a multi-byte character one byte at a time", "[grammar]") {
     const TestVocab v = load_test_vocab("llama-spm");
-    auto byte_tok = [&](int b) { return v.tok->vocab().find("<0x" + std::string(1, "0123456789ABCDEF"[b >> 4]) + "0123456789ABCDEF"[b & 15] + ">"); };
+    auto byte_tok = [&](int b) {
+        return v.tok->vocab().find("<0x" + std::string(1, "0123456789ABCDEF"[b >> 4]) + "0123456789ABCDEF"[b & 15] +
+                                   ">");
+    };
     // "😀" (F0 9F 98 80) is not a piece of the Llama-2 vocabulary: it is four byte tokens.
     const std::vector<int32_t> emoji = v.tok->encode("😀", false, false);
     REQUIRE(emoji.size() >= 4);
@@ -166,25 +174,26 @@ TEST_CASE("tokens that span a grammar boundary are allowed exactly when the whol
     REQUIRE(colon_quote >= 0);
     REQUIRE(brace_quote >= 0);
     auto a = std::make_shared<const TokenAutomaton>(
-        compile_json_schema(R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},"required":["a","b"],"additionalProperties":false})",
-                            JsonOptions{0}),
+        compile_json_schema(
+            R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},"required":["a","b"],"additionalProperties":false})",
+            JsonOptions{0}),
         v.bytes);
     Matcher m(a);
     std::vector<uint32_t> mask(m.mask_words());
     REQUIRE(m.advance(brace_quote));  // {"  : the object opens and the key starts
     REQUIRE(m.advance_bytes("a"));
     m.fill_mask(mask);
-    CHECK(bit(mask, colon_quote));     // ":" closes the key, the colon, opens the value
+    CHECK(bit(mask, colon_quote));  // ":" closes the key, the colon, opens the value
     REQUIRE(m.advance(colon_quote));
     REQUIRE(m.advance_bytes("x"));
     m.fill_mask(mask);
-    CHECK(bit(mask, quote_comma));     // ", closes the value and goes on to "b"
+    CHECK(bit(mask, quote_comma));        // ", closes the value and goes on to "b"
     CHECK_FALSE(bit(mask, quote_brace));  // "} would close the object before the required b
     REQUIRE(m.advance(quote_comma));
     REQUIRE(m.advance_bytes("\"b"));
     REQUIRE(m.advance(colon_quote));
     m.fill_mask(mask);
-    CHECK(bit(mask, quote_brace));     // an empty value, then the end of the object
+    CHECK(bit(mask, quote_brace));        // an empty value, then the end of the object
     CHECK_FALSE(bit(mask, quote_comma));  // no third property
     REQUIRE(m.advance(quote_brace));
     CHECK(m.is_done());

@@ -10,14 +10,15 @@
 using namespace loom;
 
 TEST_CASE("token bytes from stored pieces match the tokenizer's on every shared vocabulary", "[grammar]") {
-    for (const char* name : {"llama-spm", "phi-3", "baichuan", "gpt-2", "gpt-neox", "mpt", "falcon", "starcoder", "refact",
-                             "deepseek-coder", "deepseek-llm", "bert-bge"}) {
+    for (const char* name : {"llama-spm", "phi-3", "baichuan", "gpt-2", "gpt-neox", "mpt", "falcon", "starcoder",
+                             "refact", "deepseek-coder", "deepseek-llm", "bert-bge"}) {
         const auto tok = model::Tokenizer::from_gguf(
             model::GgufFile::open(test::shared_path(std::string("models/vocab/ggml-vocab-") + name + ".gguf")));
         const model::Vocab& v = tok->vocab();
         std::vector<int32_t> types;
         for (auto t : v.types) types.push_back(static_cast<int32_t>(t));
-        const auto spelling = v.kind == model::VocabKind::Bpe ? grammar::PieceSpelling::ByteLevel : grammar::PieceSpelling::SentencePiece;
+        const auto spelling =
+            v.kind == model::VocabKind::Bpe ? grammar::PieceSpelling::ByteLevel : grammar::PieceSpelling::SentencePiece;
         const std::vector<std::string> bytes = grammar::token_bytes_from_pieces(v.tokens, types, spelling);
         REQUIRE(bytes.size() == static_cast<size_t>(tok->n_vocab()));
         size_t differ = 0, nonempty = 0;
@@ -30,8 +31,11 @@ TEST_CASE("token bytes from stored pieces match the tokenizer's on every shared 
         CHECK(nonempty > static_cast<size_t>(tok->n_vocab()) * 9 / 10);
     }
     CHECK(grammar::piece_bytes("<0x0A>", grammar::kPieceByte, grammar::PieceSpelling::SentencePiece) == "\n");
-    CHECK(grammar::piece_bytes("\xE2\x96\x81the", grammar::kPieceNormal, grammar::PieceSpelling::SentencePiece) == " the");
-    CHECK(grammar::piece_bytes("\xC4\xA0the", grammar::kPieceNormal, grammar::PieceSpelling::ByteLevel) == " the");  // Ġ
+    CHECK(grammar::piece_bytes("\xE2\x96\x81the", grammar::kPieceNormal, grammar::PieceSpelling::SentencePiece) ==
+          " the");
+    CHECK(grammar::piece_bytes("\xC4\xA0the", grammar::kPieceNormal, grammar::PieceSpelling::ByteLevel) ==
+          " the");  // Ġ
     CHECK(grammar::piece_bytes("<|im_end|>", grammar::kPieceControl, grammar::PieceSpelling::ByteLevel).empty());
-    CHECK_THROWS_AS(grammar::token_bytes_from_pieces({"a", "b"}, {1}, grammar::PieceSpelling::ByteLevel), std::invalid_argument);
+    CHECK_THROWS_AS(grammar::token_bytes_from_pieces({"a", "b"}, {1}, grammar::PieceSpelling::ByteLevel),
+                    std::invalid_argument);
 }

@@ -42,7 +42,8 @@ bool digits(std::string_view s, size_t pos, size_t n) {
 int num(std::string_view s, size_t pos, size_t n) { return std::stoi(std::string(s.substr(pos, n))); }
 
 bool valid_date(std::string_view s) {
-    if (s.size() != 10 || !digits(s, 0, 4) || s[4] != '-' || !digits(s, 5, 2) || s[7] != '-' || !digits(s, 8, 2)) return false;
+    if (s.size() != 10 || !digits(s, 0, 4) || s[4] != '-' || !digits(s, 5, 2) || s[7] != '-' || !digits(s, 8, 2))
+        return false;
     const int y = num(s, 0, 4), m = num(s, 5, 2), d = num(s, 8, 2);
     const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
     const int dim[] = {31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
@@ -50,7 +51,8 @@ bool valid_date(std::string_view s) {
 }
 
 bool valid_time(std::string_view s) {
-    if (s.size() < 9 || !digits(s, 0, 2) || s[2] != ':' || !digits(s, 3, 2) || s[5] != ':' || !digits(s, 6, 2)) return false;
+    if (s.size() < 9 || !digits(s, 0, 2) || s[2] != ':' || !digits(s, 3, 2) || s[5] != ':' || !digits(s, 6, 2))
+        return false;
     if (num(s, 0, 2) > 23 || num(s, 3, 2) > 59 || num(s, 6, 2) > 59) return false;
     size_t p = 8;
     if (p < s.size() && s[p] == '.') {
@@ -59,7 +61,9 @@ bool valid_time(std::string_view s) {
         if (p == f) return false;
     }
     if (p < s.size() && s[p] == 'Z') return p + 1 == s.size();
-    if (p + 6 != s.size() || (s[p] != '+' && s[p] != '-') || !digits(s, p + 1, 2) || s[p + 3] != ':' || !digits(s, p + 4, 2)) return false;
+    if (p + 6 != s.size() || (s[p] != '+' && s[p] != '-') || !digits(s, p + 1, 2) || s[p + 3] != ':' ||
+        !digits(s, p + 4, 2))
+        return false;
     return num(s, p + 1, 2) <= 23 && num(s, p + 4, 2) <= 59;
 }
 
@@ -80,7 +84,9 @@ bool valid_hostname(std::string_view s) {
 bool valid_format(std::string_view f, const std::string& s) {
     if (f == "date") return valid_date(s);
     if (f == "time") return valid_time(s);
-    if (f == "date-time") return s.size() > 11 && s[10] == 'T' && valid_date(s.substr(0, 10)) && valid_time(std::string_view(s).substr(11));
+    if (f == "date-time")
+        return s.size() > 11 && s[10] == 'T' && valid_date(s.substr(0, 10)) &&
+               valid_time(std::string_view(s).substr(11));
     if (f == "hostname") return valid_hostname(s);
     if (f == "email") {
         const size_t at = s.find('@');
@@ -103,7 +109,8 @@ bool valid_format(std::string_view f, const std::string& s) {
     }
     if (f == "duration") {  // RFC 3339 appendix A, transcribed from the ABNF
         static const std::regex d(
-            "^P((([0-9]+D)|([0-9]+M([0-9]+D)?)|([0-9]+Y([0-9]+M([0-9]+D)?)?))(T(([0-9]+H([0-9]+M([0-9]+S)?)?)|([0-9]+M([0-9]+S)?)|([0-9]+S)))?"
+            "^P((([0-9]+D)|([0-9]+M([0-9]+D)?)|([0-9]+Y([0-9]+M([0-9]+D)?)?))(T(([0-9]+H([0-9]+M([0-9]+S)?)?)|([0-9]+M("
+            "[0-9]+S)?)|([0-9]+S)))?"
             "|T(([0-9]+H([0-9]+M([0-9]+S)?)?)|([0-9]+M([0-9]+S)?)|([0-9]+S))|[0-9]+W)$");
         return std::regex_match(s, d);
     }
@@ -117,7 +124,8 @@ bool has_type(const Value& x, std::string_view t) {
     if (t == "array") return x.IsArray();
     if (t == "object") return x.IsObject();
     if (t == "number") return x.IsNumber();
-    if (t == "integer") return x.IsInt64() || x.IsUint64() || (x.IsDouble() && std::trunc(x.GetDouble()) == x.GetDouble());
+    if (t == "integer")
+        return x.IsInt64() || x.IsUint64() || (x.IsDouble() && std::trunc(x.GetDouble()) == x.GetDouble());
     return false;
 }
 
@@ -161,15 +169,18 @@ struct Validator {
             const std::string v(x.GetString(), x.GetStringLength());
             if (s.HasMember("minLength") && code_points(v) < s["minLength"].GetUint()) return fail("minLength");
             if (s.HasMember("maxLength") && code_points(v) > s["maxLength"].GetUint()) return fail("maxLength");
-            if (s.HasMember("pattern") && !std::regex_search(v, std::regex(s["pattern"].GetString()))) return fail("pattern " + v);
+            if (s.HasMember("pattern") && !std::regex_search(v, std::regex(s["pattern"].GetString())))
+                return fail("pattern " + v);
             if (s.HasMember("format") && !valid_format(s["format"].GetString(), v)) return fail("format " + v);
         }
         if (x.IsNumber()) {
             const double v = x.GetDouble();
             if (s.HasMember("minimum") && v < s["minimum"].GetDouble()) return fail("minimum");
             if (s.HasMember("maximum") && v > s["maximum"].GetDouble()) return fail("maximum");
-            if (s.HasMember("exclusiveMinimum") && v <= s["exclusiveMinimum"].GetDouble()) return fail("exclusiveMinimum");
-            if (s.HasMember("exclusiveMaximum") && v >= s["exclusiveMaximum"].GetDouble()) return fail("exclusiveMaximum");
+            if (s.HasMember("exclusiveMinimum") && v <= s["exclusiveMinimum"].GetDouble())
+                return fail("exclusiveMinimum");
+            if (s.HasMember("exclusiveMaximum") && v >= s["exclusiveMaximum"].GetDouble())
+                return fail("exclusiveMaximum");
             if (s.HasMember("multipleOf")) {
                 const double q = v / s["multipleOf"].GetDouble();
                 if (std::abs(q - std::round(q)) > 1e-9) return fail("multipleOf");
@@ -241,8 +252,10 @@ std::vector<std::vector<int64_t>> completion_bytes(const Grammar& g) {
                     const int32_t t = x.next[static_cast<size_t>(s * x.n_classes + c)];
                     if (t >= 0) best = std::min(best, 1 + dr[static_cast<size_t>(t)]);
                 }
-                for (uint32_t k = x.call_begin[static_cast<size_t>(s)]; k < x.call_begin[static_cast<size_t>(s) + 1]; ++k)
-                    best = std::min(best, d[static_cast<size_t>(x.calls[k].rule)][0] + dr[static_cast<size_t>(x.calls[k].ret)]);
+                for (uint32_t k = x.call_begin[static_cast<size_t>(s)]; k < x.call_begin[static_cast<size_t>(s) + 1];
+                     ++k)
+                    best = std::min(
+                        best, d[static_cast<size_t>(x.calls[k].rule)][0] + dr[static_cast<size_t>(x.calls[k].ret)]);
                 if (best < dr[static_cast<size_t>(s)]) dr[static_cast<size_t>(s)] = best, changed = true;
             }
         }
@@ -273,9 +286,11 @@ std::string walk(const std::shared_ptr<const TokenAutomaton>& a, std::mt19937_64
         m.fill_mask(mask);
         allowed.clear();
         for (size_t w = 0; w < mask.size(); ++w)
-            for (uint32_t bits = mask[w]; bits; bits &= bits - 1) allowed.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits))));
+            for (uint32_t bits = mask[w]; bits; bits &= bits - 1)
+                allowed.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits))));
         REQUIRE_FALSE(allowed.empty());  // never stuck
-        const bool can_end = v.is_eog(allowed.back()) || std::any_of(allowed.begin(), allowed.end(), [&](int32_t t) { return v.is_eog(t); });
+        const bool can_end = v.is_eog(allowed.back()) ||
+                             std::any_of(allowed.begin(), allowed.end(), [&](int32_t t) { return v.is_eog(t); });
         int32_t pick;
         if (step < wander) {
             pick = allowed[rng() % allowed.size()];
@@ -327,19 +342,23 @@ void property(const TestVocab& v, const char* schema, int walks, uint64_t seed) 
     property(v, c, schema, walks, seed);
 }
 
-const char* kFlat = R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":0,"maximum":130},
+const char* kFlat =
+    R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":0,"maximum":130},
   "email":{"type":"string","format":"email"},"born":{"type":"string","format":"date"},"role":{"enum":["admin","user",null,3]},
   "score":{"type":"number","exclusiveMinimum":-2.5,"maximum":10},"ok":{"type":"boolean"}},
   "required":["name","age","role"],"additionalProperties":false})";
-const char* kNested = R"({"$defs":{"item":{"type":"object","properties":{"sku":{"type":"string","pattern":"^[A-Z]{2}-[0-9]{2,4}$"},
+const char* kNested =
+    R"({"$defs":{"item":{"type":"object","properties":{"sku":{"type":"string","pattern":"^[A-Z]{2}-[0-9]{2,4}$"},
   "qty":{"type":"integer","multipleOf":5,"exclusiveMaximum":100},"at":{"type":"string","format":"date-time"}},"required":["sku","qty"]}},
   "type":"object","properties":{"id":{"type":"string","format":"uuid"},"items":{"type":"array","items":{"$ref":"#/$defs/item"},"minItems":1,"maxItems":3},
   "pair":{"prefixItems":[{"type":"string","format":"ipv4"},{"type":"string","format":"ipv6"}],"items":false,"minItems":2},
   "wait":{"type":"string","format":"duration"},"note":{"anyOf":[{"type":"null"},{"type":"string","minLength":2,"maxLength":4}]}},
   "required":["id","items","pair"],"additionalProperties":false})";
-const char* kTree = R"({"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"},"maxItems":3}},
+const char* kTree =
+    R"({"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"},"maxItems":3}},
   "required":["v","kids"],"additionalProperties":false})";
-const char* kExtras = R"({"type":"object","properties":{"id":{"type":"integer"},"idx":{"type":"boolean"}},"required":["id"],
+const char* kExtras =
+    R"({"type":"object","properties":{"id":{"type":"integer"},"idx":{"type":"boolean"}},"required":["id"],
   "additionalProperties":{"type":"string","format":"hostname"}})";
 const char* kAny = R"({"type":"object"})";
 

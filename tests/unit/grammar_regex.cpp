@@ -69,8 +69,8 @@ TEST_CASE("regex literals, classes, escapes and quantifiers", "[grammar]") {
     CHECK(full("[a-c]x", "bx"));
     CHECK_FALSE(full("[a-c]x", "dx"));
     CHECK(full("[^a-c]", "d"));
-    CHECK(full("[^a-c]", utf8(0x4E2D)));   // a negated class takes any code point, multi-byte too
-    CHECK_FALSE(full("[^a-c]", "\xE4\xB8")); // ... but only whole characters
+    CHECK(full("[^a-c]", utf8(0x4E2D)));      // a negated class takes any code point, multi-byte too
+    CHECK_FALSE(full("[^a-c]", "\xE4\xB8"));  // ... but only whole characters
     CHECK(full("\\d{3}-\\d{2,}", "123-45678"));
     CHECK_FALSE(full("\\d{3}-\\d{2,}", "123-4"));
     CHECK(full("a{2,4}", "aaaa"));
@@ -79,7 +79,7 @@ TEST_CASE("regex literals, classes, escapes and quantifiers", "[grammar]") {
     CHECK(full("a{3}", "aaa"));
     CHECK(full("x{,2}", "x{,2}"));  // not a quantifier: literal braces (Annex B)
     CHECK(full("(ab)+c", "ababc"));
-    CHECK(full("(?:ab)*?c", "c"));    // lazy: same language
+    CHECK(full("(?:ab)*?c", "c"));  // lazy: same language
     CHECK(full("(?<year>\\d{4})-(?P<m>\\d\\d)", "2024-05"));
     CHECK(full("\\w+\\s\\W", "a_9\t!"));
     CHECK_FALSE(full("\\w", "-"));

@@ -16,13 +16,15 @@ const char* kCall = R"({"type":"object","properties":{"name":{"const":"get_weath
 
 TEST_CASE("tagged JSON: begin, a value of the schema, end; repeated with a separator", "[grammar]") {
     const Grammar one = compile_tagged_json("<tool_call>\n", kCall, "\n</tool_call>", false, "\n");
-    const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    const std::string call =
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
     CHECK(one.accepts(call));
     CHECK(one.accepts("<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"\"}}\n</tool_call>"));
     CHECK_FALSE(one.accepts(call + "\n" + call));  // one call only
-    CHECK_FALSE(one.accepts("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+    CHECK_FALSE(
+        one.accepts("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
     CHECK_FALSE(one.accepts("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));  // required
-    CHECK_FALSE(one.accepts("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"));  // no tags
+    CHECK_FALSE(one.accepts("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"));          // no tags
     CHECK(one.accepts_prefix("<tool_ca"));
     CHECK_FALSE(one.accepts_prefix("Sure, <tool_call>"));  // nothing before the first tag
 
@@ -37,7 +39,9 @@ TEST_CASE("tagged JSON: begin, a value of the schema, end; repeated with a separ
 }
 
 TEST_CASE("the tagged_json source: an object of tags, repeat and schema", "[grammar]") {
-    const std::string src = std::string(R"({"begin":"<tool_call>\n","end":"\n</tool_call>","separator":"\n","repeat":true,"schema":)") + kCall + "}";
+    const std::string src =
+        std::string(R"({"begin":"<tool_call>\n","end":"\n</tool_call>","separator":"\n","repeat":true,"schema":)") +
+        kCall + "}";
     const Constraint c = Constraint::from_source("tagged_json", src);
     CHECK(c.kind == Constraint::Kind::TaggedJson);
     CHECK(c.begin == "<tool_call>\n");

@@ -22,7 +22,8 @@ struct TestVocab {
 /// with a rounded-up output matrix would.
 inline TestVocab load_test_vocab(const std::string& name, int32_t n_vocab = -1) {
     TestVocab v;
-    v.tok = model::Tokenizer::from_gguf(model::GgufFile::open(shared_path("models/vocab/ggml-vocab-" + name + ".gguf")));
+    v.tok =
+        model::Tokenizer::from_gguf(model::GgufFile::open(shared_path("models/vocab/ggml-vocab-" + name + ".gguf")));
     std::vector<std::string> b;
     for (int32_t id = 0; id < v.tok->n_vocab(); ++id) b.push_back(v.tok->token_bytes(id));
     v.bytes = std::make_shared<const grammar::VocabBytes>(std::move(b), v.tok->vocab().eog, n_vocab);

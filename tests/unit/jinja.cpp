@@ -34,9 +34,7 @@ std::string render(const std::string& src, const std::string& json = "{}", const
 std::string error_of(const std::string& src, const std::string& json = "{}", const Limits& limits = Limits()) {
     try {
         render(src, json, limits);
-    } catch (const TemplateError& e) {
-        return e.what();
-    }
+    } catch (const TemplateError& e) { return e.what(); }
     return "";
 }
 
@@ -334,10 +332,8 @@ TEST_CASE("strftime_now honours the LOOM_FAKE_TIME test hook") {
           "26 Jul 2024 2024-07-26 00:00");
     unsetenv("LOOM_FAKE_TIME");
     CHECK(render("{{ strftime_now('%Y') | length }}") == "4");
-    if (old_tz)
-        setenv("TZ", saved_tz.c_str(), 1);
-    else
-        unsetenv("TZ");
+    if (old_tz) setenv("TZ", saved_tz.c_str(), 1);
+    else unsetenv("TZ");
     tzset();
 }
 

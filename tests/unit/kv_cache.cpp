@@ -186,7 +186,8 @@ TEST_CASE("random reserve, commit, hit and release keep the pool consistent and 
                     toks[i].clear();
                     const int32_t family = static_cast<int32_t>(rng() % 3);
                     const int n = 1 + static_cast<int>(rng() % 40);
-                    for (int p = 0; p < n; ++p) toks[i].push_back(p < 16 ? family * 100 + p : static_cast<int32_t>(rng() % 5));
+                    for (int p = 0; p < n; ++p)
+                        toks[i].push_back(p < 16 ? family * 100 + p : static_cast<int32_t>(rng() % 5));
                     const int64_t hit = kv.acquire_prefix(toks[i], n - 1, t);
                     hits += hit;
                     REQUIRE(hit % 4 == 0);
@@ -203,8 +204,7 @@ TEST_CASE("random reserve, commit, hit and release keep the pool consistent and 
                     else kv.release(t);  // preempted
                 }
                 break;
-            default:
-                kv.release(t);
+            default: kv.release(t);
         }
         if (it % 500 == 0) kv.check();
     }

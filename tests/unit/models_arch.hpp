@@ -52,15 +52,15 @@ inline std::string sibling_binary(const std::string& name) {
 struct ArchSpec {
     std::string arch = "llama";  ///< general.architecture
     int layers = 2, dim = 64, heads = 4, kv_heads = 2, ffn = 96, vocab = 300;
-    int head_dim = 0;            ///< attention.key_length/value_length; 0: dim / heads (key absent)
-    int rope_dim = 0;            ///< rope.dimension_count; 0: head size
+    int head_dim = 0;  ///< attention.key_length/value_length; 0: dim / heads (key absent)
+    int rope_dim = 0;  ///< rope.dimension_count; 0: head size
     double rope_base = 10000;
-    bool tied = false;           ///< no output.weight
-    bool biases = false;         ///< attn_q/k/v.bias (qwen2)
-    bool qk_norm = false;        ///< attn_q_norm/attn_k_norm (qwen3)
-    bool rope_freqs = false;     ///< rope_freqs.weight, divisors 1 + 0.7 i per pair
-    double linear_scale = 0;     ///< rope.scaling.type = linear, rope.scaling.factor
-    double legacy_scale_key = 0; ///< rope.scale_linear (the key's old name)
+    bool tied = false;            ///< no output.weight
+    bool biases = false;          ///< attn_q/k/v.bias (qwen2)
+    bool qk_norm = false;         ///< attn_q_norm/attn_k_norm (qwen3)
+    bool rope_freqs = false;      ///< rope_freqs.weight, divisors 1 + 0.7 i per pair
+    double linear_scale = 0;      ///< rope.scaling.type = linear, rope.scaling.factor
+    double legacy_scale_key = 0;  ///< rope.scale_linear (the key's old name)
     uint32_t seed = 1;
 };
 

@@ -225,9 +225,9 @@ TEST_CASE("the reference's roundings, emulated, reproduce it where they are exac
     // weights: F16 activations and attention. Both reproduce the reference to ~1e-5, so
     // the emulation used for the tolerance above is the reference's arithmetic.
     const loom::test::RefRounding rounded{true, true};
-    for (const auto& [file, ref] : {std::pair<std::string, std::string>{"models/wide/stories260K-wide-iq4_xs.gguf",
-                                                                        "stories260K-wide-iq4_xs"},
-                                    {"models/llama-2-tiny-random.gguf", "llama-2-tiny-random"}}) {
+    for (const auto& [file, ref] :
+         {std::pair<std::string, std::string>{"models/wide/stories260K-wide-iq4_xs.gguf", "stories260K-wide-iq4_xs"},
+          {"models/llama-2-tiny-random.gguf", "llama-2-tiny-random"}}) {
         const auto f = loom::model::GgufFile::open(shared_path(file));
         const double d = f64_distance(f, load_reference(ref), rounded, nullptr);
         INFO(file << ": emulated reference vs reference " << d);
@@ -238,10 +238,10 @@ TEST_CASE("the reference's roundings, emulated, reproduce it where they are exac
 TEST_CASE("every widened file dequantizes to the F32 file's weights within its quantization error") {
     // Relative RMS error of each weight matrix against stories260K-wide-f32.gguf: an
     // independent check of loom's block decoding (a wrong layout gives errors near 100%).
-    const std::map<std::string, double> bound = {
-        {"f16", 1e-3},   {"bf16", 5e-3},  {"q8_0", 0.01},  {"q6_k", 0.03},   {"q5_0", 0.06},   {"q5_1", 0.06},
-        {"q5_k", 0.06},  {"q4_0", 0.12},  {"q4_1", 0.12},  {"q4_k", 0.12},   {"iq4_nl", 0.12}, {"iq4_xs", 0.12},
-        {"q4_k_m", 0.12}, {"q3_k", 0.22}, {"q2_k", 0.45}};
+    const std::map<std::string, double> bound = {{"f16", 1e-3},    {"bf16", 5e-3}, {"q8_0", 0.01},   {"q6_k", 0.03},
+                                                 {"q5_0", 0.06},   {"q5_1", 0.06}, {"q5_k", 0.06},   {"q4_0", 0.12},
+                                                 {"q4_1", 0.12},   {"q4_k", 0.12}, {"iq4_nl", 0.12}, {"iq4_xs", 0.12},
+                                                 {"q4_k_m", 0.12}, {"q3_k", 0.22}, {"q2_k", 0.45}};
     const auto ref = loom::model::GgufFile::open(shared_path("models/wide/stories260K-wide-f32.gguf"));
     auto rows = [](const loom::model::GgufTensor& t) {
         std::vector<float> v(t.n_elements());

@@ -18,9 +18,7 @@ namespace {
 std::string load_error(const std::string& path) {
     try {
         loom::cpu::make_cpu_backend(path, {1, 0});
-    } catch (const std::exception& e) {
-        return e.what();
-    }
+    } catch (const std::exception& e) { return e.what(); }
     return "";
 }
 
@@ -124,14 +122,15 @@ TEST_CASE("linear RoPE scaling and its legacy key are read like llama.cpp") {
 
 TEST_CASE("a missing tensor is refused by name") {
     loom::test::TempDir dir;
-    const std::string p =
-        rewrite(dir, {}, [](std::string_view n) { return n != "blk.1.ffn_up.weight"; }, kNothing);
+    const std::string p = rewrite(
+        dir, {}, [](std::string_view n) { return n != "blk.1.ffn_up.weight"; }, kNothing);
     CHECK(load_error(p) == "the model has no tensor 'blk.1.ffn_up.weight'");
 }
 
 TEST_CASE("a missing hyperparameter is refused by key") {
     loom::test::TempDir dir;
-    const std::string p = rewrite(dir, {}, [](std::string_view n) { return n != "llama.block_count"; }, kNothing);
+    const std::string p = rewrite(
+        dir, {}, [](std::string_view n) { return n != "llama.block_count"; }, kNothing);
     CHECK(load_error(p) == "the GGUF lacks the hyperparameter llama.block_count");
 }
 

@@ -61,7 +61,8 @@ TEST_CASE("T, LP, PLP, DONE, ERR golden bytes") {
     CHECK(format(EngineLine{Logprobs{"a.b-c_9", -std::numeric_limits<float>::infinity(), {{7, -INFINITY}}}}) ==
           "LP a.b-c_9 -inf 7:-inf");
     CHECK(format(EngineLine{PromptLogprobs{"r4", 0, std::nullopt, {}}}) == "PLP r4 0 -");
-    CHECK(format(EngineLine{PromptLogprobs{"r4", 1, -6.601167f, {{403, -0.2437433f}}}}) == "PLP r4 1 -6.601167 403:-0.2437433");
+    CHECK(format(EngineLine{PromptLogprobs{"r4", 1, -6.601167f, {{403, -0.2437433f}}}}) ==
+          "PLP r4 1 -6.601167 403:-0.2437433");
     CHECK(format(EngineLine{Done{"r1", "length", 5, 8}}) == "DONE r1 length prompt_tokens=5 completion_tokens=8");
     CHECK(format(EngineLine{Done{"r2", "stop", 40, 3, 32}}) ==
           "DONE r2 stop prompt_tokens=40 completion_tokens=3 cached_tokens=32");

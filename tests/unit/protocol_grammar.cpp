@@ -24,8 +24,12 @@ std::string gen_error(const std::string& line) {
 }  // namespace
 
 TEST_CASE("base64 follows RFC 4648 section 10's test vectors", "[protocol]") {
-    const std::pair<const char*, const char*> vectors[] = {{"", ""},         {"f", "Zg=="},         {"fo", "Zm8="},
-                                                           {"foo", "Zm9v"},  {"foob", "Zm9vYg=="},  {"fooba", "Zm9vYmE="},
+    const std::pair<const char*, const char*> vectors[] = {{"", ""},
+                                                           {"f", "Zg=="},
+                                                           {"fo", "Zm8="},
+                                                           {"foo", "Zm9v"},
+                                                           {"foob", "Zm9vYg=="},
+                                                           {"fooba", "Zm9vYmE="},
                                                            {"foobar", "Zm9vYmFy"}};
     for (const auto& [plain, coded] : vectors) {
         CHECK(base64_encode(plain) == coded);
@@ -59,7 +63,8 @@ TEST_CASE("GEN grammar= golden bytes for each kind", "[protocol]") {
     CHECK(format(GatewayLine{g}) == "GEN r1 prompt=1,403 max_tokens=32 temperature=1 grammar=choice:WyJ5ZXMiLCJubyJd");
 
     g.grammar = GrammarSpec{grammar_kind::kRegex, "[0-9]{3}-[a-z]+"};
-    CHECK(format(GatewayLine{g}) == "GEN r1 prompt=1,403 max_tokens=32 temperature=1 grammar=regex:WzAtOV17M30tW2Etel0r");
+    CHECK(format(GatewayLine{g}) ==
+          "GEN r1 prompt=1,403 max_tokens=32 temperature=1 grammar=regex:WzAtOV17M30tW2Etel0r");
 
     // Any byte survives: spaces, newlines, '%' and UTF-8 in the source.
     g.grammar = GrammarSpec{grammar_kind::kRegex, "caf\xc3\xa9 \n%"};

@@ -23,10 +23,10 @@ namespace {
 
 constexpr uint32_t id(GgmlType t) { return static_cast<uint32_t>(t); }
 
-const std::vector<GgmlType> kAllTypes = {
-    GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,   GgmlType::Q4_1,
-    GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,   GgmlType::Q5_K,
-    GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+const std::vector<GgmlType> kAllTypes = {GgmlType::F32,  GgmlType::F16,    GgmlType::BF16,  GgmlType::Q8_0,
+                                         GgmlType::Q4_0, GgmlType::Q4_1,   GgmlType::Q5_0,  GgmlType::Q5_1,
+                                         GgmlType::Q2_K, GgmlType::Q3_K,   GgmlType::Q4_K,  GgmlType::Q5_K,
+                                         GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
 
 void put16(std::vector<uint8_t>& b, size_t at, uint16_t v) { std::memcpy(b.data() + at, &v, 2); }
 
@@ -173,17 +173,17 @@ TEST_CASE("hand-built 32-element blocks decode by the format definition") {
 TEST_CASE("hand-built K-quant and IQ4_XS super-blocks decode by the format definition") {
     SECTION("Q2_K: 4-bit scale/min per 16, 2-bit q at bits 2j of qs[32n + m]") {
         std::vector<uint8_t> b(84, 0);
-        b[0] = 0x21;   // sub-block 0 (elements 0-15): scale 1, min 2
-        b[1] = 0x03;   // sub-block 1: scale 3, min 0
+        b[0] = 0x21;                // sub-block 0 (elements 0-15): scale 1, min 2
+        b[1] = 0x03;                // sub-block 1: scale 3, min 0
         b[2] = b[4] = b[6] = 0x01;  // sub-blocks 2, 4, 6: scale 1
-        b[15] = 0xF2;  // sub-block 15: scale 2, min 15
-        b[16 + 0] = 0xE4;   // q of elements 0, 32, 64, 96 = 0, 1, 2, 3
-        b[16 + 16] = 0x03;  // element 16: q = 3
-        b[16 + 63] = 0xC0;  // element 128 + 96 + 31 = 255: q = 3
-        put16(b, 80, 0x3c00);  // d = 1
-        put16(b, 82, 0x3800);  // dmin = 0.5
+        b[15] = 0xF2;               // sub-block 15: scale 2, min 15
+        b[16 + 0] = 0xE4;           // q of elements 0, 32, 64, 96 = 0, 1, 2, 3
+        b[16 + 16] = 0x03;          // element 16: q = 3
+        b[16 + 63] = 0xC0;          // element 128 + 96 + 31 = 255: q = 3
+        put16(b, 80, 0x3c00);       // d = 1
+        put16(b, 82, 0x3800);       // dmin = 0.5
         std::vector<float> want(256, 0.0f);
-        for (int e = 0; e < 16; ++e) want[e] = -1;    // 1*0 - 0.5*2
+        for (int e = 0; e < 16; ++e) want[e] = -1;        // 1*0 - 0.5*2
         for (int e = 240; e < 256; ++e) want[e] = -7.5f;  // 2*0 - 0.5*15
         want[16] = 9, want[32] = 1, want[64] = 2, want[96] = 3, want[255] = -1.5f;
         check_block(GgmlType::Q2_K, b, want);
@@ -191,26 +191,24 @@ TEST_CASE("hand-built K-quant and IQ4_XS super-blocks decode by the format defin
     SECTION("Q3_K: 6-bit signed scales, q = low2 - (hmask bit ? 0 : 4)") {
         std::vector<uint8_t> b(110, 0);
         for (int m = 0; m < 32; ++m) b[m] = 0xFF;  // high bits set: no -4
-        b[0] = 0xFE;         // element 0 (bit 0 of hmask[0]) gets -4
-        b[32 + 0] = 0x03;    // element 0: low2 = 3
-        b[32 + 16] = 0x02;   // element 16: low2 = 2
-        b[32 + 63] = 0xC0;   // element 255 (n=1, j=3, m=31): low2 = 3
+        b[0] = 0xFE;                               // element 0 (bit 0 of hmask[0]) gets -4
+        b[32 + 0] = 0x03;                          // element 0: low2 = 3
+        b[32 + 16] = 0x02;                         // element 16: low2 = 2
+        b[32 + 63] = 0xC0;                         // element 255 (n=1, j=3, m=31): low2 = 3
         // scales (value + 32): s0 = 1 (33), s1 = -2 (30), s15 = 31 (63), others 0 (32)
         uint8_t* sc = b.data() + 96;
         sc[0] = 0x01, sc[1] = 0x0E, sc[7] = 0xF0;
         sc[8] = 0xAA, sc[9] = 0xA9, sc[10] = 0xAA, sc[11] = 0xEA;
         put16(b, 108, 0x3c00);  // d = 1
         std::vector<float> want(256, 0.0f);
-        want[0] = -1;   // 1 * (3 - 4)
-        want[16] = -4;  // -2 * 2
+        want[0] = -1;    // 1 * (3 - 4)
+        want[16] = -4;   // -2 * 2
         want[255] = 93;  // 31 * 3
         check_block(GgmlType::Q3_K, b, want);
     }
     // Q4_K / Q5_K scales: sc0 = 1, m0 = 2; sc1 = 3, m1 = 0; sc5 = 40, m5 = 33 (packed
     // into the high bits of bytes 1 and 5 and the nibbles of byte 9); others 0.
-    auto k4_scales = [](uint8_t* s) {
-        s[0] = 0x01, s[1] = 0x83, s[4] = 0x02, s[5] = 0x80, s[9] = 0x18;
-    };
+    auto k4_scales = [](uint8_t* s) { s[0] = 0x01, s[1] = 0x83, s[4] = 0x02, s[5] = 0x80, s[9] = 0x18; };
     SECTION("Q4_K: element 64c + l low nibble of qs[32c + l], 64c + 32 + l high") {
         std::vector<uint8_t> b(144, 0);
         put16(b, 0, 0x3c00);  // d = 1
@@ -229,8 +227,8 @@ TEST_CASE("hand-built K-quant and IQ4_XS super-blocks decode by the format defin
         put16(b, 0, 0x3800);  // d = 0.5
         put16(b, 2, 0x3c00);  // dmin = 1
         k4_scales(b.data() + 4);
-        b[16 + 0] = 0x01;       // element 0: +16
-        b[16 + 7] = 0x20;       // bit 5 = chunk 2, high half: element 167: +16
+        b[16 + 0] = 0x01;  // element 0: +16
+        b[16 + 7] = 0x20;  // bit 5 = chunk 2, high half: element 167: +16
         b[48 + 0] = 0x5F;
         b[48 + 64 + 7] = 0x90;
         std::vector<float> want(256, 0.0f);
@@ -244,12 +242,12 @@ TEST_CASE("hand-built K-quant and IQ4_XS super-blocks decode by the format defin
         auto* sc = reinterpret_cast<int8_t*>(b.data() + 192);
         for (int i = 0; i < 16; ++i) sc[i] = 1;
         sc[0] = 2, sc[1] = -3, sc[13] = 4;
-        b[0] = 0x3F;          // element 0 low 15; element 64 low 3
-        b[128 + 0] = 0x12;    // element 0 high 2; element 32 high 0; element 64 high 1; element 96 high 0
-        b[32] = 0x0A;         // element 32 low 10; element 96 low 0
-        b[128 + 16] = 0x03;   // element 16 high 3
-        b[80] = 0x70;         // element 208 (n=1, k=2, l=16) low 7
-        b[128 + 48] = 0x30;   // element 208 high 3
+        b[0] = 0x3F;            // element 0 low 15; element 64 low 3
+        b[128 + 0] = 0x12;      // element 0 high 2; element 32 high 0; element 64 high 1; element 96 high 0
+        b[32] = 0x0A;           // element 32 low 10; element 96 low 0
+        b[128 + 16] = 0x03;     // element 16 high 3
+        b[80] = 0x70;           // element 208 (n=1, k=2, l=16) low 7
+        b[128 + 48] = 0x30;     // element 208 high 3
         put16(b, 208, 0x3800);  // d = 0.5
         std::vector<float> want(256);
         for (int e = 0; e < 256; ++e) want[e] = 0.5f * static_cast<float>(sc[e / 16]) * -32.0f;
@@ -258,15 +256,15 @@ TEST_CASE("hand-built K-quant and IQ4_XS super-blocks decode by the format defin
     }
     SECTION("IQ4_XS: 6-bit sub-block scales (ls - 32) times the IQ4_NL levels") {
         std::vector<uint8_t> b(136, 0);
-        put16(b, 0, 0x3c00);  // d = 1
-        put16(b, 2, 0xEAA6);  // scales_h: ls high bits 2,1,2,2,2,2,2,3
+        put16(b, 0, 0x3c00);       // d = 1
+        put16(b, 2, 0xEAA6);       // scales_h: ls high bits 2,1,2,2,2,2,2,3
         b[4] = 0xE1, b[7] = 0xF0;  // scales_l: ls0 = 33, ls1 = 30, ls7 = 63, others 32
-        b[8 + 0] = 0xF0;            // element 0: level 0, element 16: level 15
-        b[8 + 16] = 0x08;           // element 32: level 8, element 48: level 0
-        b[8 + 112 + 15] = 0x9F;     // element 239: level 15, element 255: level 9
+        b[8 + 0] = 0xF0;           // element 0: level 0, element 16: level 15
+        b[8 + 16] = 0x08;          // element 32: level 8, element 48: level 0
+        b[8 + 112 + 15] = 0x9F;    // element 239: level 15, element 255: level 9
         std::vector<float> want(256, 0.0f);
-        for (int e = 0; e < 32; ++e) want[e] = -127;   // scale 1, level 0
-        for (int e = 32; e < 64; ++e) want[e] = 254;   // scale -2, level 0
+        for (int e = 0; e < 32; ++e) want[e] = -127;  // scale 1, level 0
+        for (int e = 32; e < 64; ++e) want[e] = 254;  // scale -2, level 0
         for (int e = 224; e < 256; ++e) want[e] = 31 * -127;
         want[16] = 113, want[32] = -2, want[48] = 254, want[239] = 31 * 113, want[255] = 31 * 13;
         check_block(GgmlType::IQ4_XS, b, want);
@@ -279,10 +277,10 @@ TEST_CASE("quantize -> dequantize round trips stay within each type's error") {
     // values. The bounds sit ~1.3x above what these quantizers measure (0.54% for
     // Q8_0, 1.9% Q6_K, 3.8-4.3% Q5, 7.8-8.7% Q4 and IQ4, 15.6% Q3_K, 34.6% Q2_K).
     const std::map<GgmlType, double> bound = {
-        {GgmlType::F32, 0.0},     {GgmlType::F16, 0.0003},   {GgmlType::BF16, 0.0025}, {GgmlType::Q8_0, 0.008},
-        {GgmlType::Q6_K, 0.025},  {GgmlType::Q5_0, 0.055},   {GgmlType::Q5_1, 0.05},   {GgmlType::Q5_K, 0.05},
-        {GgmlType::Q4_0, 0.11},   {GgmlType::Q4_1, 0.10},    {GgmlType::Q4_K, 0.10},   {GgmlType::IQ4_NL, 0.10},
-        {GgmlType::IQ4_XS, 0.10}, {GgmlType::Q3_K, 0.20},    {GgmlType::Q2_K, 0.45}};
+        {GgmlType::F32, 0.0},     {GgmlType::F16, 0.0003}, {GgmlType::BF16, 0.0025}, {GgmlType::Q8_0, 0.008},
+        {GgmlType::Q6_K, 0.025},  {GgmlType::Q5_0, 0.055}, {GgmlType::Q5_1, 0.05},   {GgmlType::Q5_K, 0.05},
+        {GgmlType::Q4_0, 0.11},   {GgmlType::Q4_1, 0.10},  {GgmlType::Q4_K, 0.10},   {GgmlType::IQ4_NL, 0.10},
+        {GgmlType::IQ4_XS, 0.10}, {GgmlType::Q3_K, 0.20},  {GgmlType::Q2_K, 0.45}};
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> x(8192);
@@ -340,10 +338,9 @@ std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng) {
     }
     for (uint8_t& c : b) c = static_cast<uint8_t>(rng());
     static const std::map<GgmlType, std::vector<size_t>> halves = {
-        {GgmlType::Q8_0, {0}},     {GgmlType::Q4_0, {0}},       {GgmlType::Q4_1, {0, 2}},
-        {GgmlType::Q5_0, {0}},     {GgmlType::Q5_1, {0, 2}},    {GgmlType::IQ4_NL, {0}},
-        {GgmlType::Q2_K, {80, 82}}, {GgmlType::Q3_K, {108}},    {GgmlType::Q4_K, {0, 2}},
-        {GgmlType::Q5_K, {0, 2}},  {GgmlType::Q6_K, {208}},     {GgmlType::IQ4_XS, {0}}};
+        {GgmlType::Q8_0, {0}},    {GgmlType::Q4_0, {0}},    {GgmlType::Q4_1, {0, 2}},   {GgmlType::Q5_0, {0}},
+        {GgmlType::Q5_1, {0, 2}}, {GgmlType::IQ4_NL, {0}},  {GgmlType::Q2_K, {80, 82}}, {GgmlType::Q3_K, {108}},
+        {GgmlType::Q4_K, {0, 2}}, {GgmlType::Q5_K, {0, 2}}, {GgmlType::Q6_K, {208}},    {GgmlType::IQ4_XS, {0}}};
     const auto tr = *lm::type_traits(id(t));
     for (size_t blk = 0; blk < b.size() / tr.type_size; ++blk)
         for (size_t off : halves.at(t)) put16(b, blk * tr.type_size + off, lm::fp32_to_fp16(0.01f * nd(rng)));
@@ -358,7 +355,7 @@ TEST_CASE("dot_row and dot_row_multi equal dequantize-then-dot for every type") 
     for (GgmlType t : kAllTypes) {
         const auto bs = static_cast<int64_t>(lm::type_traits(id(t))->block_size);
         REQUIRE(loom::cpu::can_dot(id(t)));
-        std::vector<int64_t> sizes = bs == 256 ? std::vector<int64_t>{256, 512, 1792, 4096}
+        std::vector<int64_t> sizes = bs == 256  ? std::vector<int64_t>{256, 512, 1792, 4096}
                                      : bs == 32 ? std::vector<int64_t>{32, 96, 288, 4096}
                                                 : std::vector<int64_t>{1, 7, 33, 100, 257, 4096};
         for (int64_t n : sizes) {
@@ -413,10 +410,10 @@ TEST_CASE("real quantized files decode close to the F32 weights") {
     // F32 file. Per-tensor relative RMS error bounds ~1.3x above the worst tensor
     // measured (f16 0.02%, bf16 0.2%, q8_0 0.6%, q6_k 2.0%, q5 4.0-5.0%, q4/iq4
     // 7.8-9.6%, q3_k 16.5%, q2_k 33.9%). A wrong layout or scale gives ~100%.
-    const std::map<std::string, double> bound = {
-        {"f16", 0.0005}, {"bf16", 0.003}, {"q8_0", 0.01},  {"q6_k", 0.03},   {"q5_0", 0.065},
-        {"q5_1", 0.055}, {"q5_k", 0.055}, {"q4_0", 0.125}, {"q4_1", 0.115},  {"q4_k", 0.11},
-        {"q4_k_m", 0.11}, {"iq4_nl", 0.11}, {"iq4_xs", 0.11}, {"q3_k", 0.22}, {"q2_k", 0.45}};
+    const std::map<std::string, double> bound = {{"f16", 0.0005},  {"bf16", 0.003}, {"q8_0", 0.01},   {"q6_k", 0.03},
+                                                 {"q5_0", 0.065},  {"q5_1", 0.055}, {"q5_k", 0.055},  {"q4_0", 0.125},
+                                                 {"q4_1", 0.115},  {"q4_k", 0.11},  {"q4_k_m", 0.11}, {"iq4_nl", 0.11},
+                                                 {"iq4_xs", 0.11}, {"q3_k", 0.22},  {"q2_k", 0.45}};
     const auto ref = GgufFile::open(loom::test::shared_path("models/wide/stories260K-wide-f32.gguf"));
     for (const auto& [name, limit] : bound) {
         const auto f = GgufFile::open(loom::test::shared_path("models/wide/stories260K-wide-" + name + ".gguf"));

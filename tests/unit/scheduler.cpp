@@ -83,9 +83,7 @@ struct Harness {
             try {
                 backend.step(plan, res);
                 sched.complete(res, out);
-            } catch (const std::exception& e) {
-                sched.fail(e.what(), out);
-            }
+            } catch (const std::exception& e) { sched.fail(e.what(), out); }
         }
         file(out);
         sched.kv_cache().check();
@@ -139,7 +137,7 @@ TEST_CASE("a step fills its budget: decodes first, then prefill chunks first com
         for (const auto& r : p.rows) shape.push_back(r.tokens.size());
         shapes.push_back(shape);
         if (i == 2) {
-            CHECK(p.rows[2].sample);       // c's last chunk
+            CHECK(p.rows[2].sample);        // c's last chunk
             CHECK_FALSE(p.rows[3].sample);  // d's first
         } else {
             CHECK_FALSE(p.rows[2].sample);
@@ -172,7 +170,7 @@ TEST_CASE("no more sequences run than the budget has tokens, so every one decode
     CHECK(h.sched.stats().waiting == 4);
     h.run();
     Harness big(256, 4, 256, {100, 5000});
-    CHECK(big.sched.max_running() == 64);     // the fake backend's slots
+    CHECK(big.sched.max_running() == 64);         // the fake backend's slots
     CHECK(big.sched.max_batch_tokens() == 4096);  // its max_step_tokens
 }
 
@@ -208,7 +206,8 @@ TEST_CASE("prompt-only requests, the end of the context and eog end with the rig
     const auto& zero = h.lines["zero"];
     REQUIRE(zero.size() == 6);
     CHECK(zero[0] == "PLP zero 0 -");
-    for (int i = 1; i < 5; ++i) CHECK(zero[static_cast<size_t>(i)].rfind("PLP zero " + std::to_string(i) + " -", 0) == 0);
+    for (int i = 1; i < 5; ++i)
+        CHECK(zero[static_cast<size_t>(i)].rfind("PLP zero " + std::to_string(i) + " -", 0) == 0);
     CHECK(zero[5] == "DONE zero length prompt_tokens=5 completion_tokens=0");
     CHECK(h.lines["full"] == std::vector<std::string>{"DONE full length prompt_tokens=16 completion_tokens=0"});
     CHECK(h.lines["ctx"].back() == "DONE ctx length prompt_tokens=10 completion_tokens=6");
@@ -232,7 +231,8 @@ TEST_CASE("prompt-only requests, the end of the context and eog end with the rig
 TEST_CASE("preempted requests resume with the lines they would have had") {
     // 8 blocks of 4 tokens: three requests of 6 + 12 tokens cannot all hold their blocks.
     Harness h(8, 4, 32);
-    std::vector<SeqRequest> rs = {req("x", seq(6, 1), 12, 3), req("y", seq(6, 2), 12, -1, 2), req("z", seq(6, 3), 12, 0)};
+    std::vector<SeqRequest> rs = {req("x", seq(6, 1), 12, 3), req("y", seq(6, 2), 12, -1, 2),
+                                  req("z", seq(6, 3), 12, 0)};
     rs[1].params.temperature = 0.7f;
     for (const auto& r : rs) h.submit(r);
     h.run();
@@ -362,7 +362,8 @@ TEST_CASE("10,000 random request lifecycles end with every block free and lines 
             const int n = 1 + static_cast<int>(rng() % 40);
             const auto& fam = families[rng() % families.size()];
             const int shared = static_cast<int>(rng() % 41);
-            for (int i = 0; i < n; ++i) prompt.push_back(i < shared ? fam[static_cast<size_t>(i)] : 3 + static_cast<int32_t>(rng() % 60));
+            for (int i = 0; i < n; ++i)
+                prompt.push_back(i < shared ? fam[static_cast<size_t>(i)] : 3 + static_cast<int32_t>(rng() % 60));
             const int64_t max_tokens = static_cast<int64_t>(rng() % 30);
             const int lp = static_cast<int>(rng() % 3) - 1;
             std::optional<int> plp;
@@ -376,7 +377,8 @@ TEST_CASE("10,000 random request lifecycles end with every block free and lines 
         }
         // Cancels: now and then, a live request (waiting, running or preempted).
         if (next % 64 == 0)
-            live.erase(std::remove_if(live.begin(), live.end(), [&](const std::string& id) { return h.terminal.count(id) > 0; }),
+            live.erase(std::remove_if(live.begin(), live.end(),
+                                      [&](const std::string& id) { return h.terminal.count(id) > 0; }),
                        live.end());
         if (!live.empty() && rng() % 6 == 0) {
             const size_t i = rng() % live.size();

@@ -103,8 +103,8 @@ std::string byte_wise(const Tokenizer& tok, const std::string& text) {
     return out;
 }
 
-const std::vector<std::string> kBpeVocabs = {"gpt-2", "mpt", "falcon", "starcoder", "refact", "deepseek-coder",
-                                             "deepseek-llm"};
+const std::vector<std::string> kBpeVocabs = {"gpt-2",          "mpt",         "falcon", "starcoder", "refact",
+                                             "deepseek-coder", "deepseek-llm"};
 const std::vector<std::string> kSpmVocabs = {"llama-spm", "phi-3"};
 
 }  // namespace
@@ -140,7 +140,9 @@ TEST_CASE("WordPiece (bert-bge) passes all of llama.cpp's vectors, accent foldin
     // #1 "Führer" and #43 "Cửa Việt" need llama.cpp's accent folding (each precomposed
     // letter -> the first code point of its NFD decomposition, model/tokenizer/tokenizer_wpm.cpp).
     CHECK(inputs[1] == "F\xC3\xBChrer");
-    CHECK(inputs[43] == "C\xE1\xBB\xAD""a Vi\xE1\xBB\x87t");
+    CHECK(inputs[43] ==
+          "C\xE1\xBB\xAD"
+          "a Vi\xE1\xBB\x87t");
     size_t passed = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
         INFO("bert-bge vector #" << i << " '" << printable(inputs[i]) << "'");
@@ -219,17 +221,18 @@ TEST_CASE("special tokens are parsed only when asked") {
 TEST_CASE("any bytes encode without crashing and decode back byte by byte") {
     const std::vector<std::string> nasty = {
         std::string("\xFF"),
-        std::string("\xC3"),                     // truncated 2-byte sequence
-        std::string("abc\x80" "def"),            // stray continuation byte
-        std::string("\xED\xA0\x80"),             // UTF-8-encoded lone surrogate U+D800
-        std::string("x\xED\xBF\xBFy"),           // lone surrogate U+DFFF between letters
-        std::string("\xC0\x80"),                 // overlong NUL
-        std::string("\xF4\x90\x80\x80"),         // above U+10FFFF
-        std::string("\xF8\x88\x80\x80\x80"),     // 5-byte form
-        std::string("a\0b\0\0c", 6),             // NULs
-        std::string("\xE2\x80"),                 // truncated 3-byte sequence at the end
+        std::string("\xC3"),  // truncated 2-byte sequence
+        std::string("abc\x80"
+                    "def"),                                           // stray continuation byte
+        std::string("\xED\xA0\x80"),                                  // UTF-8-encoded lone surrogate U+D800
+        std::string("x\xED\xBF\xBFy"),                                // lone surrogate U+DFFF between letters
+        std::string("\xC0\x80"),                                      // overlong NUL
+        std::string("\xF4\x90\x80\x80"),                              // above U+10FFFF
+        std::string("\xF8\x88\x80\x80\x80"),                          // 5-byte form
+        std::string("a\0b\0\0c", 6),                                  // NULs
+        std::string("\xE2\x80"),                                      // truncated 3-byte sequence at the end
         std::string(" \xE3\x80\x80 \xC2\xA0\xC2\x85\xE1\xA0\x8E\n"),  // unusual spaces
-        std::string("\xEF\xBF\xBD\xEF\xBB\xBF"),  // U+FFFD, BOM
+        std::string("\xEF\xBF\xBD\xEF\xBB\xBF"),                      // U+FFFD, BOM
     };
     std::vector<std::string> names = kBpeVocabs;
     names.insert(names.end(), {"llama-spm", "phi-3", "baichuan", "gpt-neox", "bert-bge"});
@@ -244,7 +247,7 @@ TEST_CASE("any bytes encode without crashing and decode back byte by byte") {
                 REQUIRE_NOTHROW(ids = tok->encode(text, special, special));
                 for (int32_t id : ids) CHECK((id >= 0 && id < tok->n_vocab()));
                 if (tok->vocab().kind == VocabKind::Wpm) continue;  // lossy by design
-                if (special) continue;                             // BOS adds nothing to the text
+                if (special) continue;                              // BOS adds nothing to the text
                 CHECK(strip_prefix_space(*tok, tok->decode(ids)) == byte_wise(*tok, text));
                 if (name == "gpt-2") CHECK(tok->decode(ids) == text);
             }
@@ -266,8 +269,7 @@ TEST_CASE("random bytes: no crash, decoding gives them back byte by byte") {
             REQUIRE_NOTHROW(ids = tok->encode(text, false, round % 2 == 0));
             // SentencePiece (like llama.cpp) reads a broken UTF-8 sequence followed by a
             // space as one character, so only valid text round-trips there.
-            if (tok->vocab().kind == VocabKind::Bpe && round % 2 == 1)
-                CHECK(tok->decode(ids) == byte_wise(*tok, text));
+            if (tok->vocab().kind == VocabKind::Bpe && round % 2 == 1) CHECK(tok->decode(ids) == byte_wise(*tok, text));
             if (tok->vocab().kind == VocabKind::Spm && round % 3 == 0)
                 CHECK(strip_prefix_space(*tok, tok->decode(ids)) == text);
         }
@@ -371,7 +373,11 @@ TEST_CASE("pre-tokenizer: names, coverage, and llama.cpp's splitting quirks") {
     CHECK(words("qwen2", "12") == W{"1", "2"});
     // Non-ASCII spaces count as \s but never match literal ranges (deepseek-llm's
     // punctuation class includes U+3000).
-    CHECK(words("gpt-2", "a\xE3\x80\x80\xE3\x80\x80" "b") == W{"a", "\xE3\x80\x80", "\xE3\x80\x80", "b"});
+    CHECK(words("gpt-2",
+                "a\xE3\x80\x80\xE3\x80\x80"
+                "b") == W{"a", "\xE3\x80\x80", "\xE3\x80\x80", "b"});
     // U+180E is not White_Space (PCRE2's \s alone would treat it as one).
-    CHECK(words("gpt-2", "a\xE1\xA0\x8E\xE1\xA0\x8E" "b") == W{"a", "\xE1\xA0\x8E\xE1\xA0\x8E", "b"});
+    CHECK(words("gpt-2",
+                "a\xE1\xA0\x8E\xE1\xA0\x8E"
+                "b") == W{"a", "\xE1\xA0\x8E\xE1\xA0\x8E", "b"});
 }

@@ -88,21 +88,27 @@ inline Parsed collect(const std::string& text, const std::vector<gateway::Span>&
         const std::string piece = text.substr(at, s.len);
         char label = 'm';
         switch (s.part) {
-        case Part::Content: p.content += piece; label = 'c'; break;
-        case Part::Reasoning: p.reasoning += piece; label = 'r'; break;
-        case Part::Name:
-            REQUIRE(s.call >= 0);
-            REQUIRE(s.call < static_cast<int>(p.calls.size()));
-            p.calls[static_cast<size_t>(s.call)].name_text += piece;
-            label = 'n';
-            break;
-        case Part::Arguments:
-            REQUIRE(s.call >= 0);
-            REQUIRE(s.call < static_cast<int>(p.calls.size()));
-            p.calls[static_cast<size_t>(s.call)].arguments += piece;
-            label = 'a';
-            break;
-        default: break;
+            case Part::Content:
+                p.content += piece;
+                label = 'c';
+                break;
+            case Part::Reasoning:
+                p.reasoning += piece;
+                label = 'r';
+                break;
+            case Part::Name:
+                REQUIRE(s.call >= 0);
+                REQUIRE(s.call < static_cast<int>(p.calls.size()));
+                p.calls[static_cast<size_t>(s.call)].name_text += piece;
+                label = 'n';
+                break;
+            case Part::Arguments:
+                REQUIRE(s.call >= 0);
+                REQUIRE(s.call < static_cast<int>(p.calls.size()));
+                p.calls[static_cast<size_t>(s.call)].arguments += piece;
+                label = 'a';
+                break;
+            default: break;
         }
         for (size_t i = 0; i < s.len; ++i) {
             p.labels += label;

@@ -109,8 +109,8 @@ public:
         const int64_t kv_tokens = opts.kv_tokens > 0 ? opts.kv_tokens : default_kv_tokens();
         geo_.block_tokens = kBlockTokens;
         geo_.n_blocks = std::max<int64_t>(1, (kv_tokens + kBlockTokens - 1) / kBlockTokens);
-        geo_.max_slots = static_cast<int32_t>(
-            std::min<int64_t>(opts.max_slots > 0 ? opts.max_slots : kMaxSlots, geo_.n_blocks));
+        geo_.max_slots =
+            static_cast<int32_t>(std::min<int64_t>(opts.max_slots > 0 ? opts.max_slots : kMaxSlots, geo_.n_blocks));
         geo_.max_step_tokens = opts.max_step_tokens > 0 ? opts.max_step_tokens : kDefaultStepTokens;
         info_.n_ctx = static_cast<int32_t>(std::min<int64_t>(info_.n_ctx, geo_.n_blocks * kBlockTokens));
         layout_ = {geo_.n_blocks, kBlockTokens, kv_dim_};
@@ -123,7 +123,8 @@ public:
 
     void open_slot(int32_t slot, const engine::SamplingParams& params, std::span<const int32_t> prompt,
                    std::span<const int32_t> output) override {
-        if (slot < 0 || slot >= geo_.max_slots) throw std::invalid_argument("slot " + std::to_string(slot) + " out of range");
+        if (slot < 0 || slot >= geo_.max_slots)
+            throw std::invalid_argument("slot " + std::to_string(slot) + " out of range");
         Slot& s = slots_[static_cast<size_t>(slot)];
         if (s.open) throw std::invalid_argument("slot " + std::to_string(slot) + " is already open");
         auto bad = [&](int32_t t) { return t < 0 || t >= info_.n_vocab; };
@@ -171,7 +172,8 @@ public:
             if (r.prompt_k >= 0) {
                 out.prompt_scores[i].resize(r.targets.size());
                 for (size_t j = 0; j < r.targets.size(); ++j)
-                    wants.push_back({row_start_[i] + static_cast<int64_t>(j), static_cast<int32_t>(i), static_cast<int32_t>(j)});
+                    wants.push_back(
+                        {row_start_[i] + static_cast<int64_t>(j), static_cast<int32_t>(i), static_cast<int32_t>(j)});
             }
             if (r.sample) wants.push_back({row_start_[i + 1] - 1, static_cast<int32_t>(i), -1});
         }
@@ -182,12 +184,13 @@ public:
         }
         // The sampled tokens join their slots' penalty counts (after the whole pass).
         for (size_t i = 0; i < n_rows; ++i)
-            if (out.sampled[i]) slots_[static_cast<size_t>(plan.rows[i].slot)].penalties.add_output(out.sampled[i]->token);
+            if (out.sampled[i])
+                slots_[static_cast<size_t>(plan.rows[i].slot)].penalties.add_output(out.sampled[i]->token);
     }
 
 private:
     struct Want {
-        int64_t t;    // token index in the step
+        int64_t t;  // token index in the step
         int32_t row;
         int32_t target;  // index into row's targets, or -1: sample
     };
@@ -224,14 +227,16 @@ private:
             if (used[static_cast<size_t>(r.slot)]++) throw std::invalid_argument("two step rows on one slot");
             if (r.tokens.empty() || r.pos0 < 0) throw std::invalid_argument("step row without tokens");
             for (int32_t t : r.tokens)
-                if (t < 0 || t >= info_.n_vocab) throw std::invalid_argument("token id " + std::to_string(t) + " out of range");
+                if (t < 0 || t >= info_.n_vocab)
+                    throw std::invalid_argument("token id " + std::to_string(t) + " out of range");
             const int64_t end = r.pos0 + static_cast<int64_t>(r.tokens.size());
             if (end > info_.n_ctx) throw std::invalid_argument("step row past the context");
             if (static_cast<int64_t>(r.blocks.size()) * kBlockTokens < end)
                 throw std::invalid_argument("block table shorter than the row");
             for (int64_t b = 0; b * kBlockTokens < end; ++b) {
                 const int32_t id = r.blocks[static_cast<size_t>(b)];
-                if (id < 0 || id >= geo_.n_blocks) throw std::invalid_argument("block id " + std::to_string(id) + " out of range");
+                if (id < 0 || id >= geo_.n_blocks)
+                    throw std::invalid_argument("block id " + std::to_string(id) + " out of range");
             }
             if (!r.mask.empty() && r.mask.size() * 32 < static_cast<size_t>(info_.n_vocab))
                 throw std::invalid_argument("token mask shorter than the vocabulary");
@@ -312,7 +317,8 @@ private:
                 for (int64_t i = 0; i < static_cast<int64_t>(L.bk.size()); ++i) k[i] += L.bk[i];
                 for (int64_t i = 0; i < static_cast<int64_t>(L.bv.size()); ++i) v[i] += L.bv[i];
                 if (!L.q_norm.empty()) {
-                    for (int64_t h = 0; h < hp.n_head; ++h) rmsnorm(q + h * hd, q + h * hd, L.q_norm.data(), hd, hp.rms_eps);
+                    for (int64_t h = 0; h < hp.n_head; ++h)
+                        rmsnorm(q + h * hd, q + h * hd, L.q_norm.data(), hd, hp.rms_eps);
                     for (int64_t h = 0; h < hp.n_head_kv; ++h)
                         rmsnorm(k + h * hd, k + h * hd, L.k_norm.data(), hd, hp.rms_eps);
                 }
@@ -364,20 +370,23 @@ private:
             for (int64_t k = k0; k < k1; ++k) {
                 const Want& w = wants[static_cast<size_t>(k)];
                 const auto& r = plan.rows[static_cast<size_t>(w.row)];
-                const std::span<const float> logits(logits_.data() + k * info_.n_vocab, static_cast<size_t>(info_.n_vocab));
+                const std::span<const float> logits(logits_.data() + k * info_.n_vocab,
+                                                    static_cast<size_t>(info_.n_vocab));
                 try {
                     if (w.target >= 0) {
                         out.prompt_scores[static_cast<size_t>(w.row)][static_cast<size_t>(w.target)] =
                             engine::score_token(logits, r.targets[static_cast<size_t>(w.target)], r.prompt_k);
                     } else {
                         const Slot& s = slots_[static_cast<size_t>(r.slot)];
-                        out.sampled[static_cast<size_t>(w.row)] = engine::sample_logits(logits, s.params, s.penalties, r.u, scratch, r.mask);
+                        out.sampled[static_cast<size_t>(w.row)] =
+                            engine::sample_logits(logits, s.params, s.penalties, r.u, scratch, r.mask);
                     }
                 } catch (const std::exception& e) {
                     // Rows fail independently; several wants of one row may fail at once.
                     std::lock_guard<std::mutex> lock(err_mu_);
                     auto& err = out.errors[static_cast<size_t>(w.row)];
-                    if (err.empty()) err = std::string(w.target >= 0 ? "request failed: " : "sampling failed: ") + e.what();
+                    if (err.empty())
+                        err = std::string(w.target >= 0 ? "request failed: " : "sampling failed: ") + e.what();
                 }
             }
         });

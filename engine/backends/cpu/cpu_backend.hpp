@@ -25,8 +25,8 @@
 namespace loom::cpu {
 
 struct CpuOptions {
-    int threads = 0;      ///< worker threads; 0: one per CPU this process may use (affinity mask)
-    int32_t n_ctx = 0;    ///< 0: the model's training context
+    int threads = 0;    ///< worker threads; 0: one per CPU this process may use (affinity mask)
+    int32_t n_ctx = 0;  ///< 0: the model's training context
     /// KV cache size in tokens over all sequences (rounded up to 16-token blocks). 0: n_ctx x 16
     /// sequences, at most a quarter of physical memory. The pool is reserved, not touched: its
     /// memory is used as blocks are first written. When smaller than n_ctx, n_ctx shrinks to it.

@@ -27,25 +27,25 @@ int main(int argc, char** argv) {
     int threads = 0, ctx = 0, parallel = 0, batch_tokens = 128;
     int64_t kv_tokens = 0;
     bool stats = false;
-    opts.add_options()
-        ("help,h", "print this help and exit")
-        ("model,m", po::value(&model), "GGUF model file (required)")
-        ("threads,t", po::value(&threads)->default_value(0), "worker threads (0: one per CPU this process may use)")
-        ("ctx,c", po::value(&ctx)->default_value(0),
-         "context length in tokens (0: the model's training context; never more than --kv-tokens)")
-        ("kv-tokens", po::value(&kv_tokens)->default_value(0),
-         "KV cache size in tokens, over all requests (0: 16 x the context, at most a quarter of the "
-         "machine's memory; memory is used only as the cache fills)")
-        ("max-batch-tokens", po::value(&batch_tokens)->default_value(128),
-         "tokens evaluated per step, decodes and prefill chunks together; longer prompts are "
-         "prefilled in chunks")
-        ("parallel,p", po::value(&parallel)->default_value(0),
-         "requests running at once, more wait in line (0: as many as the KV cache has blocks, "
-         "at most 1024; never more than --max-batch-tokens, so each decodes every step)")
-        ("batch-invariant", po::bool_switch(),
-         "make each request's tokens and logprobs bitwise independent of batching, chunking and "
-         "prefix caching; the CPU engine always is, so this changes nothing here")
-        ("stats", po::bool_switch(&stats), "write the scheduler's counters to stderr at exit");
+    // clang-format off  (one option a line reads better than the chained calls clang-format makes)
+    opts.add_options()("help,h", "print this help and exit")("model,m", po::value(&model),
+                                                             "GGUF model file (required)")(
+        "threads,t", po::value(&threads)->default_value(0), "worker threads (0: one per CPU this process may use)")(
+        "ctx,c", po::value(&ctx)->default_value(0),
+        "context length in tokens (0: the model's training context; never more than --kv-tokens)")(
+        "kv-tokens", po::value(&kv_tokens)->default_value(0),
+        "KV cache size in tokens, over all requests (0: 16 x the context, at most a quarter of the "
+        "machine's memory; memory is used only as the cache fills)")(
+        "max-batch-tokens", po::value(&batch_tokens)->default_value(128),
+        "tokens evaluated per step, decodes and prefill chunks together; longer prompts are "
+        "prefilled in chunks")("parallel,p", po::value(&parallel)->default_value(0),
+                               "requests running at once, more wait in line (0: as many as the KV cache has blocks, "
+                               "at most 1024; never more than --max-batch-tokens, so each decodes every step)")(
+        "batch-invariant", po::bool_switch(),
+        "make each request's tokens and logprobs bitwise independent of batching, chunking and "
+        "prefix caching; the CPU engine always is, so this changes nothing here")(
+        "stats", po::bool_switch(&stats), "write the scheduler's counters to stderr at exit");
+    // clang-format on
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);

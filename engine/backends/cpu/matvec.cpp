@@ -25,8 +25,7 @@
 #include "model/quant/quant.hpp"
 #include "model/quant/quant_blocks.hpp"
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(LOOM_NO_CLONES)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(LOOM_NO_CLONES)
 #define LOOM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define LOOM_CLONES
@@ -62,31 +61,30 @@ LOOM_QB_INLINE float reduce(const Acc& a) {
 
 // a[g][k] += V<g> * xx[8g + k] for the four groups of 32 consecutive elements, in
 // one loop over k (the shape GCC keeps in vector registers). V0..V3 may use k.
-#define LOOM_ACC4(V0, V1, V2, V3)               \
-    _Pragma("GCC unroll 1")                     \
-    for (int k = 0; k < 8; ++k) {               \
-        a[0][k] += (V0) * xx[k];                \
-        a[1][k] += (V1) * xx[8 + k];            \
-        a[2][k] += (V2) * xx[16 + k];           \
-        a[3][k] += (V3) * xx[24 + k];           \
+#define LOOM_ACC4(V0, V1, V2, V3)                         \
+    _Pragma("GCC unroll 1") for (int k = 0; k < 8; ++k) { \
+        a[0][k] += (V0)*xx[k];                            \
+        a[1][k] += (V1)*xx[8 + k];                        \
+        a[2][k] += (V2)*xx[16 + k];                       \
+        a[3][k] += (V3)*xx[24 + k];                       \
     }
 
 // Widens bytes p[0..8) and p[8..16) into int32 lanes w0, w1.
-#define LOOM_WIDEN2(w0, w1, p)                  \
-    int32_t w0[8], w1[8];                       \
-    for (int k = 0; k < 8; ++k) {               \
-        w0[k] = (p)[k];                         \
-        w1[k] = (p)[8 + k];                     \
+#define LOOM_WIDEN2(w0, w1, p)    \
+    int32_t w0[8], w1[8];         \
+    for (int k = 0; k < 8; ++k) { \
+        w0[k] = (p)[k];           \
+        w1[k] = (p)[8 + k];       \
     }
 
 // Widens bytes p[0..32) into int32 lanes w0..w3 (8 each).
-#define LOOM_WIDEN4(w0, w1, w2, w3, p)          \
-    int32_t w0[8], w1[8], w2[8], w3[8];         \
-    for (int k = 0; k < 8; ++k) {               \
-        w0[k] = (p)[k];                         \
-        w1[k] = (p)[8 + k];                     \
-        w2[k] = (p)[16 + k];                    \
-        w3[k] = (p)[24 + k];                    \
+#define LOOM_WIDEN4(w0, w1, w2, w3, p)  \
+    int32_t w0[8], w1[8], w2[8], w3[8]; \
+    for (int k = 0; k < 8; ++k) {       \
+        w0[k] = (p)[k];                 \
+        w1[k] = (p)[8 + k];             \
+        w2[k] = (p)[16 + k];            \
+        w3[k] = (p)[24 + k];            \
     }
 
 // ---- plain types --------------------------------------------------------------
@@ -225,8 +223,8 @@ LOOM_QB_INLINE float fused_iq4_nl(const uint8_t* r, const float* x, int64_t n) {
         const float d = qb::load_f16(r);
         const float* xx = x + e;
         LOOM_WIDEN2(w0, w1, r + 2)
-        LOOM_ACC4(d * iq4_level(w0[k] & 15), d * iq4_level(w1[k] & 15),
-                  d * iq4_level(w0[k] >> 4), d * iq4_level(w1[k] >> 4))
+        LOOM_ACC4(d * iq4_level(w0[k] & 15), d * iq4_level(w1[k] & 15), d * iq4_level(w0[k] >> 4),
+                  d * iq4_level(w1[k] >> 4))
     }
     return reduce(a);
 }
@@ -285,8 +283,7 @@ LOOM_QB_INLINE float fused_q4_k(const uint8_t* r, const float* x, int64_t n) {
             dp[p] = d * static_cast<float>(sc), mp[p] = dmin * static_cast<float>(mn);
         }
         for (int c = 0; c < 4; ++c) {
-            LOOM_WIDEN4(w0, w1, w2, w3, r + 16 + 32 * c)
-            {
+            LOOM_WIDEN4(w0, w1, w2, w3, r + 16 + 32 * c) {
                 const float* xx = x + e + 64 * c;
                 const float d0 = dp[2 * c], m0 = mp[2 * c];
                 LOOM_ACC4(d0 * static_cast<float>(w0[k] & 15) - m0, d0 * static_cast<float>(w1[k] & 15) - m0,
@@ -359,8 +356,8 @@ LOOM_QB_INLINE float fused_iq4_xs(const uint8_t* r, const float* x, int64_t n) {
             const float dl = dls[p];
             const float* xx = x + e + 32 * p;
             LOOM_WIDEN2(w0, w1, r + 8 + 16 * p)
-            LOOM_ACC4(dl * iq4_level(w0[k] & 15), dl * iq4_level(w1[k] & 15),
-                      dl * iq4_level(w0[k] >> 4), dl * iq4_level(w1[k] >> 4))
+            LOOM_ACC4(dl * iq4_level(w0[k] & 15), dl * iq4_level(w1[k] & 15), dl * iq4_level(w0[k] >> 4),
+                      dl * iq4_level(w1[k] >> 4))
         }
     }
     return reduce(a);
@@ -464,13 +461,11 @@ LOOM_QB_INLINE void multi_impl(const uint8_t* row, int64_t n, const float* xs, i
 using DotFn = float (*)(const uint8_t*, const float*, int64_t);
 using MultiFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
 
-#define LOOM_KERNELS(NAME, B)                                                                          \
-    LOOM_CLONES float dot_##NAME(const uint8_t* row, const float* x, int64_t n) {                      \
-        return fused_##NAME(row, x, n);                                                                \
-    }                                                                                                  \
-    LOOM_CLONES void multi_##NAME(const uint8_t* row, int64_t n, const float* xs, int64_t x_stride,    \
-                                  int64_t n_vec, float* out, int64_t out_stride) {                     \
-        multi_impl<B>(row, n, xs, x_stride, n_vec, out, out_stride);                                   \
+#define LOOM_KERNELS(NAME, B)                                                                                       \
+    LOOM_CLONES float dot_##NAME(const uint8_t* row, const float* x, int64_t n) { return fused_##NAME(row, x, n); } \
+    LOOM_CLONES void multi_##NAME(const uint8_t* row, int64_t n, const float* xs, int64_t x_stride, int64_t n_vec,  \
+                                  float* out, int64_t out_stride) {                                                 \
+        multi_impl<B>(row, n, xs, x_stride, n_vec, out, out_stride);                                                \
     }
 
 LOOM_KERNELS(f32, F32)
@@ -534,12 +529,10 @@ Kernels checked(uint32_t type, int64_t n) {
 
 bool can_dot(uint32_t type) { return kernels(type).dot != nullptr; }
 
-float dot_row(uint32_t type, const uint8_t* row, const float* x, int64_t n) {
-    return checked(type, n).dot(row, x, n);
-}
+float dot_row(uint32_t type, const uint8_t* row, const float* x, int64_t n) { return checked(type, n).dot(row, x, n); }
 
-void dot_row_multi(uint32_t type, const uint8_t* row, int64_t n, const float* xs, int64_t x_stride,
-                   int64_t n_vec, float* out, int64_t out_stride) {
+void dot_row_multi(uint32_t type, const uint8_t* row, int64_t n, const float* xs, int64_t x_stride, int64_t n_vec,
+                   float* out, int64_t out_stride) {
     const Kernels k = checked(type, n);
     if (n_vec == 1) *out = k.dot(row, xs, n);  // the fused kernel: faster, and bit-identical
     else k.multi(row, n, xs, x_stride, n_vec, out, out_stride);

@@ -36,7 +36,7 @@ float dot_row(uint32_t type, const uint8_t* row, const float* x, int64_t n);
 /// bit for bit. Decodes the row once (into a per-thread buffer of n floats) and
 /// multiplies it into three vectors at a time with the accumulators in registers
 /// (prefill). n_vec may be 0; strides are in floats. Throws like dot_row.
-void dot_row_multi(uint32_t type, const uint8_t* row, int64_t n, const float* xs, int64_t x_stride,
-                   int64_t n_vec, float* out, int64_t out_stride);
+void dot_row_multi(uint32_t type, const uint8_t* row, int64_t n, const float* xs, int64_t x_stride, int64_t n_vec,
+                   float* out, int64_t out_stride);
 
 }  // namespace loom::cpu

@@ -25,7 +25,11 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 }
 
 Rope::Rope(int64_t head_dim, int64_t rope_dim, double base, double pos_scale, std::vector<float> freq_div, bool neox)
-    : head_dim_(head_dim), half_(rope_dim / 2), base_(base), pos_scale_(pos_scale), freq_div_(std::move(freq_div)),
+    : head_dim_(head_dim),
+      half_(rope_dim / 2),
+      base_(base),
+      pos_scale_(pos_scale),
+      freq_div_(std::move(freq_div)),
       neox_(neox) {
     if (rope_dim % 2 != 0 || rope_dim > head_dim || rope_dim < 0)
         throw std::invalid_argument("RoPE over " + std::to_string(rope_dim) + " of " + std::to_string(head_dim) +

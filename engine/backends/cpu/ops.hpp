@@ -45,8 +45,8 @@ private:
     double base_, pos_scale_;
     std::vector<float> freq_div_;
     bool neox_;
-    std::vector<double> inv_freq_;   // [half]: base^(-2i/rope_dim) / freq_div[i]
-    std::vector<float> cos_, sin_;   // [n][half]
+    std::vector<double> inv_freq_;  // [half]: base^(-2i/rope_dim) / freq_div[i]
+    std::vector<float> cos_, sin_;  // [n][half]
 };
 
 /// Causal attention of one query over the first n_kv positions of a sequence in the paged KV

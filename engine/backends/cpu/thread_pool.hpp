@@ -40,7 +40,8 @@ public:
             fn(int64_t{0}, n);
             return;
         }
-        run(n, [](const void* f, int64_t b, int64_t e) { (*static_cast<const Fn*>(f))(b, e); }, &fn);
+        run(
+            n, [](const void* f, int64_t b, int64_t e) { (*static_cast<const Fn*>(f))(b, e); }, &fn);
     }
 
 private:

@@ -46,8 +46,8 @@ void repack_rows(uint32_t type, const uint8_t* src, int64_t rows, int64_t cols, 
         if (type == kQ8_0) {
             const int64_t nb = cols / 32;
             for (int64_t b = 0; b < nb; ++b) {
-                std::memcpy(d + 32 * b, s + 34 * b + 2, 32);               // quants
-                std::memcpy(d + cols + 2 * b, s + 34 * b, 2);             // scale
+                std::memcpy(d + 32 * b, s + 34 * b + 2, 32);   // quants
+                std::memcpy(d + cols + 2 * b, s + 34 * b, 2);  // scale
             }
         } else if (type == kQ6_K) {
             const int64_t nb = cols / 256;
@@ -62,7 +62,8 @@ void check_tensor_types(const model::GgufFile& f, const std::string& engine) {
     for (const auto& t : f.tensors())
         if (t.dims.size() >= 2 && !device_type_supported(t.type))
             throw model::ModelError("tensor '" + std::string(t.name) + "' has type " + model::type_name(t.type) +
-                                    ", which " + engine + " does not support (supported: f32, f16, bf16, q8_0, "
+                                    ", which " + engine +
+                                    " does not support (supported: f32, f16, bf16, q8_0, "
                                     "q4_K, q6_K)");
 }
 

@@ -46,8 +46,7 @@ void GpuBackend::stage(Staged<T>& s, size_t cap) {
 
 template <class T>
 void GpuBackend::upload(Staged<T>& s) {
-    if (s.n)
-        LOOM_GPU_CHECK(gpuMemcpyAsync(s.dev, s.host, sizeof(T) * s.n, gpuMemcpyHostToDevice, stream_));
+    if (s.n) LOOM_GPU_CHECK(gpuMemcpyAsync(s.dev, s.host, sizeof(T) * s.n, gpuMemcpyHostToDevice, stream_));
 }
 
 GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
@@ -205,7 +204,8 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     } else {
         size_t free_b = 0, total_b = 0;
         LOOM_GPU_CHECK(gpuMemGetInfo(&free_b, &total_b));
-        n_blocks = static_cast<int64_t>(static_cast<double>(free_b) * opts.kv_fraction / static_cast<double>(block_bytes));
+        n_blocks =
+            static_cast<int64_t>(static_cast<double>(free_b) * opts.kv_fraction / static_cast<double>(block_bytes));
     }
     if (n_blocks < 1)
         throw std::invalid_argument("no room for a KV block of " + std::to_string(block_bytes) + " bytes");
@@ -286,7 +286,8 @@ void GpuBackend::validate(const engine::StepPlan& plan) const {
         if (r.prompt_k > kMaxTop) bad(who + "prompt_k above " + std::to_string(kMaxTop));
         if (r.prompt_k >= 0) {
             const auto nt = static_cast<int64_t>(r.targets.size());
-            if (nt != n && nt != n - 1) bad(who + "targets for " + std::to_string(nt) + " of " + std::to_string(n) + " tokens");
+            if (nt != n && nt != n - 1)
+                bad(who + "targets for " + std::to_string(nt) + " of " + std::to_string(n) + " tokens");
             for (int32_t t : r.targets)
                 if (t < 0 || t >= V_) bad(who + "target id " + std::to_string(t) + " out of range");
         }
@@ -328,7 +329,8 @@ void GpuBackend::build_rows(const engine::StepPlan& plan) {
         std::copy_n(r.blocks.begin(), need, tables_.host + tables_.n);
         tables_.n += static_cast<size_t>(need);
         for (int32_t t = 0; t < n; ++t)
-            rows_.host[rows_.n++] = RowDesc{r.tokens[static_cast<size_t>(t)], static_cast<int32_t>(r.pos0) + t, table, 0};
+            rows_.host[rows_.n++] =
+                RowDesc{r.tokens[static_cast<size_t>(t)], static_cast<int32_t>(r.pos0) + t, table, 0};
         flat_start_[i] = f;
         const bool dec_attn = n <= kShortChunkRows;
         if (dec_attn || opts_.batch_invariant) max_pos = std::max(max_pos, static_cast<int32_t>(r.pos0) + n - 1);
@@ -483,8 +485,8 @@ OpTimes GpuBackend::profile_step(const engine::StepPlan& plan, engine::StepOutpu
     for (size_t i = 1; i < events_.size(); ++i) {
         float ms = 0;
         LOOM_GPU_CHECK(gpuEventElapsedTime(&ms, events_[i - 1].second, events_[i].second));
-        auto it = std::find_if(times.ms.begin(), times.ms.end(),
-                               [&](const auto& p) { return p.first == events_[i].first; });
+        auto it =
+            std::find_if(times.ms.begin(), times.ms.end(), [&](const auto& p) { return p.first == events_[i].first; });
         if (it == times.ms.end()) times.ms.emplace_back(events_[i].first, ms);
         else it->second += ms;
     }

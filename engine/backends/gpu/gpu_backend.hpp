@@ -37,23 +37,23 @@ namespace loom::gpu {
 
 /// The GPU engine's options and tuning (each has a flag in main.cpp's --help).
 struct GpuOptions {
-    int32_t n_ctx = 0;              ///< 0: the model's training context
+    int32_t n_ctx = 0;  ///< 0: the model's training context
     std::string engine_name = "loom-engine-cuda";
-    int max_slots = 64;             ///< sequences running at once (--parallel)
-    int max_step_tokens = 2048;     ///< tokens one step evaluates at most, over all its rows
-    int64_t kv_tokens = 0;          ///< KV pool size in positions; 0: kv_fraction of the free memory
-    double kv_fraction = 0.9;       ///< share of the device memory free after weights and buffers
-    bool kv_f32 = false;            ///< F32 KV pool (default F16: half the memory)
-    bool batch_invariant = false;   ///< a row's results independent of its batch (see above)
-    bool graphs = true;             ///< replay pure-decode steps as graphs (CUDA/HIP)
-    bool fuse_rope = true;          ///< RoPE and the K/V store in the QKV matvec's epilogue
-    bool own_gemm = false;          ///< loom's GEMM kernel instead of cuBLAS (CUDA)
+    int max_slots = 64;            ///< sequences running at once (--parallel)
+    int max_step_tokens = 2048;    ///< tokens one step evaluates at most, over all its rows
+    int64_t kv_tokens = 0;         ///< KV pool size in positions; 0: kv_fraction of the free memory
+    double kv_fraction = 0.9;      ///< share of the device memory free after weights and buffers
+    bool kv_f32 = false;           ///< F32 KV pool (default F16: half the memory)
+    bool batch_invariant = false;  ///< a row's results independent of its batch (see above)
+    bool graphs = true;            ///< replay pure-decode steps as graphs (CUDA/HIP)
+    bool fuse_rope = true;         ///< RoPE and the K/V store in the QKV matvec's epilogue
+    bool own_gemm = false;         ///< loom's GEMM kernel instead of cuBLAS (CUDA)
     /// Prefill attention: Auto is Gemm where cuBLAS runs the GEMMs, Tiled elsewhere; Gemm and
     /// Gemm16 (F16 KV pool, not batch_invariant) run products on cuBLAS or, without it, loom's
     /// plain kernel: Gemm16 one F16 product each for QK^T and PV (Q and P rounded to F16), Gemm
     /// two (Q and P split into F16 high and low parts, about F32's accuracy, twice the products).
     enum class PrefillAttn { Auto, Tiled, Gemm, Gemm16 } prefill_attn = PrefillAttn::Auto;
-    int matvec_rows = 8;            ///< steps of at most this many rows use the matvec kernel
+    int matvec_rows = 8;  ///< steps of at most this many rows use the matvec kernel
 };
 
 /// Per-operation device time of one profiled step (bench tool).
@@ -132,18 +132,18 @@ private:
 
     // ---- device memory ----
     std::vector<void*> allocs_;
-    PagedKv kv_;              // the pool; kv_.tables = tables_.dev
+    PagedKv kv_;  // the pool; kv_.tables = tables_.dev
     size_t kv_bytes_ = 0;
     float* rope_cs_ = nullptr;  // [n_ctx][rope_dim / 2][cos, sin]
     // Activations, R = max_step_tokens rows each.
-    float* x_ = nullptr;      // [R][ld_d] residual stream
-    float* xn_ = nullptr;     // [R][ld_d] normalised input of a linear layer
-    float* qkv_ = nullptr;    // [R][ld_qkv] q | k | v
-    float* att_ = nullptr;    // [R][ld_att] attention output
-    float* ffy_ = nullptr;    // [R][ld_ff2] gate | up
-    float* g_ = nullptr;      // [R][ld_ff] SwiGLU output
+    float* x_ = nullptr;                                        // [R][ld_d] residual stream
+    float* xn_ = nullptr;                                       // [R][ld_d] normalised input of a linear layer
+    float* qkv_ = nullptr;                                      // [R][ld_qkv] q | k | v
+    float* att_ = nullptr;                                      // [R][ld_att] attention output
+    float* ffy_ = nullptr;                                      // [R][ld_ff2] gate | up
+    float* g_ = nullptr;                                        // [R][ld_ff] SwiGLU output
     uint16_t *xh_ = nullptr, *atth_ = nullptr, *gh_ = nullptr;  // F16 copies (cuBLAS inputs)
-    uint16_t* wscratch_ = nullptr;  // a quantized matrix dequantized to F16 (GEMM path)
+    uint16_t* wscratch_ = nullptr;                              // a quantized matrix dequantized to F16 (GEMM path)
     size_t wscratch_elems_ = 0;
     float* logits_ = nullptr;  // [logit_rows_][ld_v]
     int logit_rows_ = 0;       // max(max_slots, score group)
@@ -152,12 +152,12 @@ private:
     SampleOut* out_dev_ = nullptr;  // [max_slots + R]: sampled rows, then scored rows
     // GEMM prefill attention (cuBLAS, F16 pool; kernels.hpp): attn_gemm_ when it runs.
     bool attn_gemm_ = false;
-    bool attn_split_ = false;  // high and low F16 parts of Q and P (PrefillAttn::Gemm)
-    uint16_t *kc_ = nullptr, *vc_ = nullptr;  // [n_ctx][nkv] a chunk's gathered keys and values
-    uint16_t* qp_ = nullptr;   // [R * nq] queries packed by KV head
-    float* op_ = nullptr;      // [R * nq] outputs, same layout
-    float* ss_ = nullptr;      // [attn_elems_] scores of a sub-block of queries
-    uint16_t* pp_ = nullptr;   // [attn_elems_] their softmax
+    bool attn_split_ = false;                       // high and low F16 parts of Q and P (PrefillAttn::Gemm)
+    uint16_t *kc_ = nullptr, *vc_ = nullptr;        // [n_ctx][nkv] a chunk's gathered keys and values
+    uint16_t* qp_ = nullptr;                        // [R * nq] queries packed by KV head
+    float* op_ = nullptr;                           // [R * nq] outputs, same layout
+    float* ss_ = nullptr;                           // [attn_elems_] scores of a sub-block of queries
+    uint16_t* pp_ = nullptr;                        // [attn_elems_] their softmax
     uint16_t *qp_lo_ = nullptr, *pp_lo_ = nullptr;  // the low parts (attn_split_)
     int64_t attn_elems_ = 0;
     SampleOut* out_host_ = nullptr;
@@ -171,13 +171,13 @@ private:
         size_t cap = 0;
         size_t n = 0;  // entries used this step
     };
-    Staged<RowDesc> rows_;            // [R] flat token rows
-    Staged<int32_t> tables_;          // [max_slots * blocks per sequence] block tables
-    Staged<PrefillTile> tiles_;       // [R] prefill attention tiles
+    Staged<RowDesc> rows_;             // [R] flat token rows
+    Staged<int32_t> tables_;           // [max_slots * blocks per sequence] block tables
+    Staged<PrefillTile> tiles_;        // [R] prefill attention tiles
     std::vector<PrefillTile> chunks_;  // the step's prefill chunks, one entry each (host)
-    Staged<int32_t> gather_;          // [max_slots + R] x rows of the sampled rows, then of the scored rows
-    Staged<SampleRow> sample_rows_;   // [max_slots]
-    Staged<ScoreRow> score_rows_;     // [R]
+    Staged<int32_t> gather_;           // [max_slots + R] x rows of the sampled rows, then of the scored rows
+    Staged<SampleRow> sample_rows_;    // [max_slots]
+    Staged<ScoreRow> score_rows_;      // [R]
     template <class T>
     void stage(Staged<T>& s, size_t cap);
     template <class T>
@@ -185,16 +185,16 @@ private:
 
     // ---- step state ----
     std::unique_ptr<SlotSampler> sampler_;
-    std::vector<int> flat_start_;     // per plan row: its first flat token row
-    int n_dec_ = 0;                   // flat rows 0..n_dec_-1: 1-token rows and short chunks (decode attention)
+    std::vector<int> flat_start_;  // per plan row: its first flat token row
+    int n_dec_ = 0;                // flat rows 0..n_dec_-1: 1-token rows and short chunks (decode attention)
     /// Chunks of at most this many tokens go through split-K decode attention, one row per query.
     static constexpr int kShortChunkRows = 32;
-    int splits_ = 1;                  // decode attention splits this step
-    bool pure_decode_ = false;        // every row: one token, sampled, not scored; sampled row i = flat row i
-    int nblk_ = 1;                    // sampler stage-1 blocks this step
-    int qpt_ = 1;                     // queries per prefill attention tile
-    std::vector<int> sample_at_;      // per plan row: its entry in sample_rows_ (-1: none)
-    std::vector<int> score_at_;       // per plan row: its first entry in score_rows_ (-1: none)
+    int splits_ = 1;              // decode attention splits this step
+    bool pure_decode_ = false;    // every row: one token, sampled, not scored; sampled row i = flat row i
+    int nblk_ = 1;                // sampler stage-1 blocks this step
+    int qpt_ = 1;                 // queries per prefill attention tile
+    std::vector<int> sample_at_;  // per plan row: its entry in sample_rows_ (-1: none)
+    std::vector<int> score_at_;   // per plan row: its first entry in score_rows_ (-1: none)
     std::map<std::pair<int, int>, std::pair<gpuGraph_t, gpuGraphExec_t>> graphs_;  // by (rows, splits)
     bool profiling_ = false;
     std::vector<std::pair<std::string, gpuEvent_t>> events_;

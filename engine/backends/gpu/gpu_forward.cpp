@@ -29,8 +29,8 @@ void matvec_rows(MatvecArgs a, int rows, gpuStream_t s) {
 }  // namespace
 
 bool GpuBackend::rope_fusable(const DevLayer& L) const {
-    return opts_.fuse_rope && !opts_.batch_invariant && !sh_.neox && sh_.rope_dim % 2 == 0 &&
-           sh_.head_dim % 2 == 0 && !L.bq && !L.bk && !L.bv && !L.q_norm && !L.k_norm;
+    return opts_.fuse_rope && !opts_.batch_invariant && !sh_.neox && sh_.rope_dim % 2 == 0 && sh_.head_dim % 2 == 0 &&
+           !L.bq && !L.bk && !L.bv && !L.q_norm && !L.k_norm;
 }
 
 void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat, int rows, const float* x32,
@@ -166,8 +166,8 @@ void GpuBackend::prefill_attention_gemm(const PrefillTile& c, int layer) {
         for (int part = 0; part < (attn_split_ ? 2 : 1); ++part)
             gemm_->batched_f16(true, n_keys, cols, hd, sh_.scale, kc_, nkv_, hd, (part ? qp_lo_ : qp_) + q_off, hd,
                                head_q, ss_, ld, cols * ld, nkvh, part == 1);
-        attn_softmax_causal(ss_, pp_, attn_split_ ? pp_lo_ : nullptr, ld, nkvh * cols, cols, group, c.pos0 + r0,
-                            n_keys, stream_);
+        attn_softmax_causal(ss_, pp_, attn_split_ ? pp_lo_ : nullptr, ld, nkvh * cols, cols, group, c.pos0 + r0, n_keys,
+                            stream_);
         for (int part = 0; part < (attn_split_ ? 2 : 1); ++part)
             gemm_->batched_f16(false, hd, cols, n_keys, 1.0f, vc_, nkv_, hd, part ? pp_lo_ : pp_, ld, cols * ld,
                                op_ + q_off, hd, head_q, nkvh, part == 1);

@@ -72,7 +72,8 @@ void SlotSampler::open(int slot, const engine::SamplingParams& p, std::span<cons
                        std::span<const int32_t> output) {
     if (slot < 0 || slot >= max_slots_)
         throw std::invalid_argument("slot " + std::to_string(slot) + " outside 0.." + std::to_string(max_slots_ - 1));
-    if (slots_[static_cast<size_t>(slot)].open) throw std::invalid_argument("slot " + std::to_string(slot) + " is open");
+    if (slots_[static_cast<size_t>(slot)].open)
+        throw std::invalid_argument("slot " + std::to_string(slot) + " is open");
     auto check = [&](int32_t id, const char* what) {
         if (id < 0 || id >= n_vocab_)
             throw std::invalid_argument(std::string(what) + " token id " + std::to_string(id) + " outside 0.." +
@@ -111,8 +112,8 @@ void SlotSampler::open(int slot, const engine::SamplingParams& p, std::span<cons
             }
         }
         st.cfg.bias = bias_ + off;
-        LOOM_GPU_CHECK(gpuMemcpyAsync(bias_ + off, bias_row_.data(), sizeof(float) * row, gpuMemcpyHostToDevice,
-                                      stream_));
+        LOOM_GPU_CHECK(
+            gpuMemcpyAsync(bias_ + off, bias_row_.data(), sizeof(float) * row, gpuMemcpyHostToDevice, stream_));
         if (!multi.empty()) {
             st.multi = device_array<BiasEntry>(multi.size());
             st.cfg.multi = st.multi;
@@ -129,8 +130,8 @@ void SlotSampler::open(int slot, const engine::SamplingParams& p, std::span<cons
             w = ((w & ~kSeenBit) + 1u) | kSeenBit;
         }
         st.cfg.pen = pen_ + off;
-        LOOM_GPU_CHECK(gpuMemcpyAsync(pen_ + off, pen_row_.data(), sizeof(uint32_t) * row, gpuMemcpyHostToDevice,
-                                      stream_));
+        LOOM_GPU_CHECK(
+            gpuMemcpyAsync(pen_ + off, pen_row_.data(), sizeof(uint32_t) * row, gpuMemcpyHostToDevice, stream_));
     }
     LOOM_GPU_CHECK(gpuMemcpyAsync(cfgs_ + slot, &st.cfg, sizeof(SampleCfg), gpuMemcpyHostToDevice, stream_));
     // The host rows and st.cfg are sources of the copies: wait for them.

@@ -37,6 +37,5 @@ LOOM_DEV double block_sum_d(double v, double* sh) {
     return t;
 }
 
-
 }  // namespace
 }  // namespace loom::gpu

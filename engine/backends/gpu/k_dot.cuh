@@ -149,8 +149,7 @@ struct Chunk<kQ8_0> : QuantChunk<1> {
 #pragma unroll
         for (int i = 0; i < 8; ++i)
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-                v[4 * i + e] = d * static_cast<float>(static_cast<int8_t>(byte_of(w[i], e)));
+            for (int e = 0; e < 4; ++e) v[4 * i + e] = d * static_cast<float>(static_cast<int8_t>(byte_of(w[i], e)));
     }
 };
 
@@ -326,8 +325,7 @@ LOOM_DEV void load_x(const float* __restrict__ x, int c, int cols, float* xv, co
         } else {
 #pragma unroll
             for (int i = 0; i < C::kRunLen; ++i)
-                xv[run * C::kRunLen + i] =
-                    s0 + i < cols ? (nw ? x[s0 + i] * scale * nw[s0 + i] : x[s0 + i]) : 0.0f;
+                xv[run * C::kRunLen + i] = s0 + i < cols ? (nw ? x[s0 + i] * scale * nw[s0 + i] : x[s0 + i]) : 0.0f;
         }
     }
 }

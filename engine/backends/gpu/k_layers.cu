@@ -15,9 +15,9 @@ namespace {
 
 // One block of 1024 threads per row; up to 8 elements per thread stay in registers, so the
 // loads are all issued before the reduction (rows longer than 8192 loop).
-__global__ void __launch_bounds__(1024) rmsnorm_kernel(const float* x, int64_t ldx, const int32_t* idx, const float* w,
-                                                       int n, float eps, float* y, int64_t ldy, uint16_t* yh,
-                                                       int64_t ldyh) {
+__global__ void __launch_bounds__(1024)
+    rmsnorm_kernel(const float* x, int64_t ldx, const int32_t* idx, const float* w, int n, float eps, float* y,
+                   int64_t ldy, uint16_t* yh, int64_t ldyh) {
     __shared__ double sh[32];
     const float* xr = x + (idx ? idx[blockIdx.x] : static_cast<int32_t>(blockIdx.x)) * ldx;
     const int t = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
@@ -47,8 +47,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(const float* x, int64_t l
     }
 }
 
-__global__ void swiglu_kernel(const float* y, int64_t ldy, int ff, float* g, int64_t ldg, uint16_t* gh,
-                              int64_t ldgh) {
+__global__ void swiglu_kernel(const float* y, int64_t ldy, int ff, float* g, int64_t ldg, uint16_t* gh, int64_t ldgh) {
     const float* yr = y + blockIdx.y * ldy;
     for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < ff;
          i += static_cast<int>(gridDim.x * blockDim.x)) {
@@ -155,9 +154,8 @@ LOOM_DEV void softmax_stats(float* scores, int stride, int G, int span, float* s
 }
 
 // Decode attention, one split of 128 positions for up to 16 query heads of one KV head.
-__global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int64_t q_ld, const RowDesc* rd,
-                                                             int layer, AttnShape sh, PagedKv kv, int splits,
-                                                             float* part) {
+__global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int64_t q_ld, const RowDesc* rd, int layer,
+                                                            AttnShape sh, PagedKv kv, int splits, float* part) {
     __shared__ float qs[kMaxG * 256];
     __shared__ float P[kMaxG][kAttnT];
     const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
@@ -263,16 +261,16 @@ constexpr int kFastSpan = 64;  // positions per split of the vectorized decode k
 // of V each thread takes 8 dims of every (128 / (head_dim / 8))-th position, so that every
 // load is 16 or 32 bytes wide and several are in flight.
 template <class KVT, int GMAX>
-__global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64_t q_ld, const RowDesc* rd,
-                                                            int layer, AttnShape sh, PagedKv kv, int splits,
-                                                            float* part) {
+__global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64_t q_ld, const RowDesc* rd, int layer,
+                                                           AttnShape sh, PagedKv kv, int splits, float* part) {
     __shared__ float qs[GMAX * 256];
     __shared__ float S[GMAX][kFastSpan];
     __shared__ float red[GMAX * 1024];
     __shared__ float stat_m[GMAX], stat_l[GMAX];
     __shared__ int64_t s_voff[kFastSpan];  // V row offsets of the split's positions
     const int hd = sh.head_dim, G = sh.n_head / sh.n_head_kv;
-    const int kvh = static_cast<int>(blockIdx.x), split = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+    const int kvh = static_cast<int>(blockIdx.x), split = static_cast<int>(blockIdx.y),
+              b = static_cast<int>(blockIdx.z);
     const RowDesc r = rd[b];
     const int n_kv = r.pos + 1;
     const int p0 = split * kFastSpan;
@@ -356,7 +354,7 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
 }
 
 __global__ void __launch_bounds__(kAttnT) attn_combine_kernel(const RowDesc* rd, AttnShape sh, int splits, int span,
-                                                               const float* part, float* att, int64_t att_ld) {
+                                                              const float* part, float* att, int64_t att_ld) {
     const int h = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.y);
     const int hd = sh.head_dim;
     const int n_kv = rd[b].pos + 1;
@@ -405,9 +403,9 @@ void to_f16(const float* x, int64_t ldx, int n, int rows, uint16_t* y, int64_t l
     LOOM_GPU_CHECK_LAUNCH();
 }
 
-void rope_store(float* qkv, int64_t ld, int rows, const AttnShape& sh, int layer, const RowDesc* rd,
-                const PagedKv& kv, const float* rope_cs, const float* bq, const float* bk, const float* bv,
-                const float* q_norm, const float* k_norm, gpuStream_t s) {
+void rope_store(float* qkv, int64_t ld, int rows, const AttnShape& sh, int layer, const RowDesc* rd, const PagedKv& kv,
+                const float* rope_cs, const float* bq, const float* bk, const float* bv, const float* q_norm,
+                const float* k_norm, gpuStream_t s) {
     if (rows <= 0) return;
     if (sh.head_dim > 256) throw GpuError("head_dim above 256");
     auto k = rope_store_kernel;

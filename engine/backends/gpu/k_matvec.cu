@@ -146,8 +146,8 @@ void matvec_nb(const MatvecArgs& a, gpuStream_t s) {
 
 /// Row r of m (rows r0.. over gridDim.x, chunks over threads) dequantized to F16 or F32.
 template <uint32_t T, class Out>
-__global__ void __launch_bounds__(128) dequant_kernel(DevMatrix m, int64_t r0, const RowDesc* rows, Out* dst,
-                                                      int64_t ld) {
+__global__ void __launch_bounds__(128)
+    dequant_kernel(DevMatrix m, int64_t r0, const RowDesc* rows, Out* dst, int64_t ld) {
     using C = Chunk<T>;
     const int64_t row = rows ? int64_t{rows[blockIdx.x].token} : r0 + blockIdx.x;
     const uint8_t* src = m.data + static_cast<size_t>(row) * m.row_bytes;

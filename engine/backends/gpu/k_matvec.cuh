@@ -51,7 +51,9 @@ LOOM_DEV int seg_of(const MatvecArgs& a, int o, int& local) {
     }
     return 0;
 }
-LOOM_DEV const uint8_t* seg_w(const MatvecArgs& a, int s) { return s == 0 ? a.seg[0].w : s == 1 ? a.seg[1].w : a.seg[2].w; }
+LOOM_DEV const uint8_t* seg_w(const MatvecArgs& a, int s) {
+    return s == 0 ? a.seg[0].w : s == 1 ? a.seg[1].w : a.seg[2].w;
+}
 LOOM_DEV float* seg_y(const MatvecArgs& a, int s) { return s == 0 ? a.seg[0].y : s == 1 ? a.seg[1].y : a.seg[2].y; }
 
 // Writes row `local` of segment s for activation vector b: a plain store or residual add, or

@@ -20,17 +20,16 @@ constexpr int kPrefillT = 128;  // threads per prefill attention block
 // per step. Shared memory: Q [RB][hd], K [BK][hd+1], V [BK][hd], S [RB][BK+1], m/l/alpha [RB].
 constexpr int kDMax = 32;  // output dims per thread
 
-__global__ void __launch_bounds__(kPrefillT) attn_prefill_kernel(const float* q, int64_t q_ld,
-                                                                 const PrefillTile* tiles, int layer, AttnShape sh,
-                                                                 PagedKv kv, int RB, int BK, float* att,
-                                                                 int64_t att_ld) {
+__global__ void __launch_bounds__(kPrefillT)
+    attn_prefill_kernel(const float* q, int64_t q_ld, const PrefillTile* tiles, int layer, AttnShape sh, PagedKv kv,
+                        int RB, int BK, float* att, int64_t att_ld) {
     LOOM_DYN_SMEM(float, smem);
     const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
     const int G = min(group, RB), qpt = RB / G, hgroups = (group + G - 1) / G;
     const int kvh = static_cast<int>(blockIdx.y) / hgroups, hg = static_cast<int>(blockIdx.y) % hgroups;
     const PrefillTile tile = tiles[blockIdx.x];
-    const int T = tile.n;       // queries of this tile (<= qpt)
-    const int p0 = tile.pos0;   // position of query 0
+    const int T = tile.n;      // queries of this tile (<= qpt)
+    const int p0 = tile.pos0;  // position of query 0
     const int t0 = 0;
     q += int64_t{tile.row0} * q_ld;
     att += int64_t{tile.row0} * att_ld;
@@ -144,7 +143,7 @@ __global__ void __launch_bounds__(kPrefillT) attn_prefill_kernel(const float* q,
 // C[M x N] (+)= A[M x K] . W[N x K]^T; 64 x 64 tiles, 16-deep K steps, 4 x 4 outputs per thread.
 template <bool WF16>
 __global__ void __launch_bounds__(256) gemm_kernel(const float* A, int64_t lda, const void* Wv, int64_t ldw, int M,
-                                                    int N, int K, float* C, int64_t ldc, int accumulate) {
+                                                   int N, int K, float* C, int64_t ldc, int accumulate) {
     __shared__ float As[16][68];
     __shared__ float Ws[16][68];
     const int tid = static_cast<int>(threadIdx.x);
@@ -200,8 +199,8 @@ constexpr int kAttnT = 256;  // threads per block of the steps below
 
 // Block 0..n_pos-1 copies position blockIdx.x's K and V rows (kv_dim halves each, F16 pool) of
 // `layer` into k[pos][kv_dim] and v[pos][kv_dim], 16 bytes per thread and step.
-__global__ void __launch_bounds__(kAttnT) kv_gather_kernel(PagedKv kv, int layer, int32_t table, uint16_t* k,
-                                                           uint16_t* v) {
+__global__ void __launch_bounds__(kAttnT)
+    kv_gather_kernel(PagedKv kv, int layer, int32_t table, uint16_t* k, uint16_t* v) {
     const int pos = static_cast<int>(blockIdx.x);
     const int64_t kd = kv.layout.kv_dim;
     const int64_t ko = kv_off(kv, layer, table, pos, 0);
@@ -215,8 +214,8 @@ __global__ void __launch_bounds__(kAttnT) kv_gather_kernel(PagedKv kv, int layer
 
 // qp[g][t][j][d] = F16(q[t][(g * group + j) * hd + d]) for the n rows of a chunk; lo (optional)
 // the F16 of what that rounding left out.
-__global__ void __launch_bounds__(kAttnT) q_pack_kernel(const float* q, int64_t q_ld, int n, AttnShape sh,
-                                                        uint16_t* qp, uint16_t* lo) {
+__global__ void __launch_bounds__(kAttnT)
+    q_pack_kernel(const float* q, int64_t q_ld, int n, AttnShape sh, uint16_t* qp, uint16_t* lo) {
     const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
     const int64_t nq = int64_t{sh.n_head} * hd;
     const int64_t e = static_cast<int64_t>(blockIdx.x) * kAttnT + static_cast<int64_t>(threadIdx.x);
@@ -232,8 +231,8 @@ __global__ void __launch_bounds__(kAttnT) q_pack_kernel(const float* q, int64_t 
 }
 
 // att[t][(g * group + j) * hd + d] = op[g][t][j][d] for the n rows of a chunk.
-__global__ void __launch_bounds__(kAttnT) o_unpack_kernel(const float* op, int n, AttnShape sh, float* att,
-                                                          int64_t att_ld) {
+__global__ void __launch_bounds__(kAttnT)
+    o_unpack_kernel(const float* op, int n, AttnShape sh, float* att, int64_t att_ld) {
     const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
     const int64_t nq = int64_t{sh.n_head} * hd;
     const int64_t e = static_cast<int64_t>(blockIdx.x) * kAttnT + static_cast<int64_t>(threadIdx.x);
@@ -287,10 +286,10 @@ __global__ void __launch_bounds__(kAttnT) attn_softmax_kernel(const float* S, ui
 }
 
 // C_b[i][j] (column-major) = alpha * sum_k op(A_b)[i][k] * B_b[k][j]; blockIdx.y = b.
-__global__ void __launch_bounds__(kAttnT) gemm_batched_own_kernel(int a_t, int m, int n, int k, float alpha,
-                                                                  const uint16_t* A, int64_t lda, int64_t sa,
-                                                                  const uint16_t* B, int64_t ldb, int64_t sb,
-                                                                  float* C, int64_t ldc, int64_t sc, int accumulate) {
+__global__ void __launch_bounds__(kAttnT)
+    gemm_batched_own_kernel(int a_t, int m, int n, int k, float alpha, const uint16_t* A, int64_t lda, int64_t sa,
+                            const uint16_t* B, int64_t ldb, int64_t sb, float* C, int64_t ldc, int64_t sc,
+                            int accumulate) {
     const int64_t e = static_cast<int64_t>(blockIdx.x) * kAttnT + static_cast<int64_t>(threadIdx.x);
     if (e >= int64_t{m} * n) return;
     const auto b = static_cast<int64_t>(blockIdx.y);
@@ -332,8 +331,8 @@ int attn_prefill_tile_queries(const AttnShape& sh) {
     return RB / (group < RB ? group : RB);
 }
 
-void attn_prefill(const float* q, int64_t q_ld, const PrefillTile* tiles, int ntiles, int layer,
-                  const AttnShape& sh, const PagedKv& kv, float* att, int64_t att_ld, gpuStream_t s) {
+void attn_prefill(const float* q, int64_t q_ld, const PrefillTile* tiles, int ntiles, int layer, const AttnShape& sh,
+                  const PagedKv& kv, float* att, int64_t att_ld, gpuStream_t s) {
     if (ntiles <= 0) return;
     int RB, BK;
     size_t smem;
@@ -347,8 +346,7 @@ void attn_prefill(const float* q, int64_t q_ld, const PrefillTile* tiles, int nt
     LOOM_GPU_CHECK_LAUNCH();
 }
 
-void kv_gather_f16(const PagedKv& kv, int layer, int32_t table, int n_pos, uint16_t* k, uint16_t* v,
-                   gpuStream_t s) {
+void kv_gather_f16(const PagedKv& kv, int layer, int32_t table, int n_pos, uint16_t* k, uint16_t* v, gpuStream_t s) {
     if (n_pos <= 0) return;
     if (!kv.f16 || kv.layout.kv_dim % 8) throw GpuError("kv_gather_f16: needs an F16 pool and kv_dim % 8 == 0");
     auto kern = kv_gather_kernel;
@@ -388,7 +386,8 @@ void gemm_batched_f16_own(bool a_t, int m, int n, int k, float alpha, const uint
     const int64_t e = int64_t{m} * n;
     const dim3 grid(static_cast<unsigned>((e + kAttnT - 1) / kAttnT), static_cast<unsigned>(batch));
     auto kern = gemm_batched_own_kernel;
-    LOOM_LAUNCH(kern, grid, kAttnT, 0, s, a_t ? 1 : 0, m, n, k, alpha, A, lda, sa, B, ldb, sb, C, ldc, sc, accumulate ? 1 : 0);
+    LOOM_LAUNCH(kern, grid, kAttnT, 0, s, a_t ? 1 : 0, m, n, k, alpha, A, lda, sa, B, ldb, sb, C, ldc, sc,
+                accumulate ? 1 : 0);
     LOOM_GPU_CHECK_LAUNCH();
 }
 

@@ -349,9 +349,9 @@ LOOM_DEV Cand merge_pick(const Partial* part, int nblk, int k, bool raw, const C
 
 // Merges the partials, draws the token, writes the result and counts the token in the slot's
 // penalty state (one block per row).
-__global__ void __launch_bounds__(kST) stage2_kernel(const float* logits_all, int64_t ld, const SampleCfg* cfgs,
-                                                     const SampleRow* rows, void* scratch, size_t row_bytes,
-                                                     SampleOut* out_all) {
+__global__ void __launch_bounds__(kST)
+    stage2_kernel(const float* logits_all, int64_t ld, const SampleCfg* cfgs, const SampleRow* rows, void* scratch,
+                  size_t row_bytes, SampleOut* out_all) {
     __shared__ Cand shc[kST / 32 + 1];
     __shared__ Cand top[kMaxTop];
     __shared__ double sh_scan[kST];

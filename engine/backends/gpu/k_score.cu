@@ -7,8 +7,8 @@ namespace loom::gpu {
 namespace {
 
 // Prompt logprobs: one block per scored row.
-__global__ void __launch_bounds__(kST) score_kernel(const float* logits, int64_t ld, int n, const ScoreRow* rows,
-                                                    SampleOut* out) {
+__global__ void __launch_bounds__(kST)
+    score_kernel(const float* logits, int64_t ld, int n, const ScoreRow* rows, SampleOut* out) {
     __shared__ Cand shc[kST / 32 + 1];
     __shared__ float shf[kST / 32];
     __shared__ double shd[kST / 32];

@@ -147,9 +147,9 @@ void to_f16(const float* x, int64_t ldx, int n, int rows, uint16_t* y, int64_t l
 struct AttnShape {
     int n_head = 0, n_head_kv = 0, head_dim = 0;
     int rope_dim = 0;
-    bool neox = false;      ///< rotate (i, i + rope_dim/2) instead of (2i, 2i + 1)
-    float scale = 1.0f;     ///< 1/sqrt(head_dim)
-    float eps = 1e-5f;      ///< qk-norm epsilon
+    bool neox = false;   ///< rotate (i, i + rope_dim/2) instead of (2i, 2i + 1)
+    float scale = 1.0f;  ///< 1/sqrt(head_dim)
+    float eps = 1e-5f;   ///< qk-norm epsilon
     LOOM_HD int64_t kv_dim() const { return int64_t{n_head_kv} * head_dim; }
 };
 
@@ -157,9 +157,9 @@ struct AttnShape {
 /// (optional), applies the per-head RMSNorm of q and k (optional, qwen3), rotates q and k by
 /// RoPE (Su et al. 2021) with the cos/sin table rope_cs[pos][rope_dim/2][2], and stores k and v
 /// into layer `layer` of the pool at rd[r].pos through rd[r]'s block table. q is rotated in place.
-void rope_store(float* qkv, int64_t ld, int rows, const AttnShape& sh, int layer, const RowDesc* rd,
-                const PagedKv& kv, const float* rope_cs, const float* bq, const float* bk, const float* bv,
-                const float* q_norm, const float* k_norm, gpuStream_t s);
+void rope_store(float* qkv, int64_t ld, int rows, const AttnShape& sh, int layer, const RowDesc* rd, const PagedKv& kv,
+                const float* rope_cs, const float* bq, const float* bk, const float* bv, const float* q_norm,
+                const float* k_norm, gpuStream_t s);
 
 /// Positions per split of attn_decode for this shape (64 or 128), fixed by the shape alone, so
 /// that a query's reduction order never depends on the batch.
@@ -190,8 +190,8 @@ int attn_prefill_tile_queries(const AttnShape& sh);
 /// F32 arithmetic): each query of each tile (row r of q and att, position p) attends to
 /// positions 0..p of its sequence, the cached prefix included, read through its block table;
 /// all query heads of a KV group share each K/V tile. Throws GpuError for a head_dim above 256.
-void attn_prefill(const float* q, int64_t q_ld, const PrefillTile* tiles, int ntiles, int layer,
-                  const AttnShape& sh, const PagedKv& kv, float* att, int64_t att_ld, gpuStream_t s);
+void attn_prefill(const float* q, int64_t q_ld, const PrefillTile* tiles, int ntiles, int layer, const AttnShape& sh,
+                  const PagedKv& kv, float* att, int64_t att_ld, gpuStream_t s);
 
 // ---- GEMM prefill attention (cuBLAS builds; gpu_forward.cpp runs the products) -----------
 // A prefill chunk of n queries of one sequence at positions pos0..pos0+n-1: its keys and values
@@ -203,14 +203,12 @@ void attn_prefill(const float* q, int64_t q_ld, const PrefillTile* tiles, int nt
 /// k[p][i] and v[p][i] (kv_dim halves per row) = the K and V rows of position p < n_pos of
 /// `layer` for the sequence whose block table starts at kv.tables[table] (a host-known offset).
 /// Throws GpuError unless the pool is F16 and kv_dim a multiple of 8.
-void kv_gather_f16(const PagedKv& kv, int layer, int32_t table, int n_pos, uint16_t* k, uint16_t* v,
-                   gpuStream_t s);
+void kv_gather_f16(const PagedKv& kv, int layer, int32_t table, int n_pos, uint16_t* k, uint16_t* v, gpuStream_t s);
 
 /// qp[g][t][j][d] = F16(q[t][(g * group + j) * head_dim + d]) for t < n (group = n_head /
 /// n_head_kv): the queries of KV head g form a head_dim x (n * group) column-major matrix.
 /// qp_lo (optional, same layout) = F16(q - qp): with it, qp + qp_lo carries about 22 bits.
-void q_pack_f16(const float* q, int64_t q_ld, int n, const AttnShape& sh, uint16_t* qp, uint16_t* qp_lo,
-                gpuStream_t s);
+void q_pack_f16(const float* q, int64_t q_ld, int n, const AttnShape& sh, uint16_t* qp, uint16_t* qp_lo, gpuStream_t s);
 
 /// att[t][(g * group + j) * head_dim + d] = op[g][t][j][d] for t < n (q_pack_f16's layout, F32).
 void o_unpack(const float* op, int n, const AttnShape& sh, float* att, int64_t att_ld, gpuStream_t s);
@@ -243,10 +241,10 @@ constexpr uint32_t kSeenBit = 0x80000000u;
 /// `multi`), `pen` (n_vocab penalty state words, updated on the device as tokens are sampled).
 struct SampleCfg {
     int32_t n_vocab = 0;
-    int32_t n_cand = 0;        ///< candidates: allowed ids (sorted) or the whole vocabulary
+    int32_t n_cand = 0;  ///< candidates: allowed ids (sorted) or the whole vocabulary
     int32_t has_allowed = 0;
     int32_t has_bias = 0;
-    int32_t penalties = 0;     ///< repetition, presence or frequency penalty active
+    int32_t penalties = 0;  ///< repetition, presence or frequency penalty active
     int32_t n_multi = 0;
     float temperature = 1.0f;
     int32_t greedy = 0;

@@ -15,8 +15,7 @@
 
 namespace {
 
-const char* kUsage =
-    LOOM_ENGINE_NAME
+const char* kUsage = LOOM_ENGINE_NAME
     ": loads a GGUF model onto the GPU and speaks the loom engine protocol\n"
     "(docs/protocol.md) on stdin/stdout, e.g.\n"
     "  GEN r1 prompt=1,403,407,261,378 max_tokens=8 temperature=0 logprobs=2\n\n"
@@ -58,9 +57,7 @@ bool parse_int(const std::string& s, long long max, long long& out) {
         if (pos != s.size() || v < 0 || v > max) return false;
         out = v;
         return true;
-    } catch (const std::exception&) {
-        return false;
-    }
+    } catch (const std::exception&) { return false; }
 }
 
 bool parse_fraction(const std::string& s, double& out) {
@@ -70,9 +67,7 @@ bool parse_fraction(const std::string& s, double& out) {
         if (pos != s.size() || !(v > 0.0 && v <= 1.0)) return false;
         out = v;
         return true;
-    } catch (const std::exception&) {
-        return false;
-    }
+    } catch (const std::exception&) { return false; }
 }
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -119,7 +114,8 @@ int main(int argc, char** argv) {
             opts.kv_tokens = number(int64_t{1} << 40);
         } else if (a == "--kv-fraction") {
             const std::string s = value();
-            if (!parse_fraction(s, opts.kv_fraction)) usage_error("bad value '" + s + "' for --kv-fraction (0 < F <= 1)");
+            if (!parse_fraction(s, opts.kv_fraction))
+                usage_error("bad value '" + s + "' for --kv-fraction (0 < F <= 1)");
         } else if (a == "--kv-f32") {
             opts.kv_f32 = true;
         } else if (a == "--kv-f16") {
