@@ -1,5 +1,6 @@
 // Device helpers shared by the layer kernels (k_layers.cu, k_prefill.cu): paged KV addressing
-// (engine/kv_layout.hpp through a row's block table, F16 or F32 elements) and block reductions.
+// (engine/kv_layout.hpp through a row's block table, F16 or F32 elements) and block reductions
+// (also used by the sampler, k_sample.cuh).
 #pragma once
 
 #include <cmath>
@@ -22,6 +23,34 @@ LOOM_DEV void kv_store(void* base, int64_t i, float v, bool f16) {
 // sequence whose block table starts at kv.tables[table].
 LOOM_DEV int64_t kv_off(const PagedKv& kv, int layer, int32_t table, int pos, int v) {
     return kv.layout.offset_at(layer, kv.tables + table, pos, v);
+}
+
+// Maximum over the block (blockDim.x a multiple of the warp); every thread gets it, and sh
+// (blockDim.x / kWarp entries) may be reused at once.
+LOOM_DEV float block_max(float v, float* sh) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+    const int nw = static_cast<int>(blockDim.x) / kWarp;
+    v = warp_max(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float r = -INFINITY;
+    for (int w = 0; w < nw; ++w) r = fmaxf(r, sh[w]);
+    __syncthreads();
+    return r;
+}
+
+// Sum over the block (blockDim.x a multiple of the warp) in float, warps added in order; every
+// thread gets it.
+LOOM_DEV float block_sum_f(float v, float* sh) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+    const int nw = static_cast<int>(blockDim.x) / kWarp;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float t = 0;
+    for (int w = 0; w < nw; ++w) t += sh[w];
+    return t;
 }
 
 // Sum over the block (blockDim.x a multiple of the warp) in double; every thread gets it.

@@ -212,48 +212,42 @@ __global__ void __launch_bounds__(kAttnT)
     }
 }
 
+// This thread's element of a chunk's n query rows: row t, column col = h * hd + d of the
+// attention rows (q or att), and its offset o = ((g * n + t) * group + j) * hd + d in the layout
+// packed by KV head (h = g * group + j). False past the n rows' n_head * hd elements.
+struct PackedAt {
+    int64_t t, o;
+    int col;
+};
+LOOM_DEV bool packed_at(int n, const AttnShape& sh, PackedAt& a) {
+    const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
+    const int64_t nq = int64_t{sh.n_head} * hd;
+    const int64_t e = static_cast<int64_t>(blockIdx.x) * kAttnT + static_cast<int64_t>(threadIdx.x);
+    if (e >= nq * n) return false;
+    a.t = e / nq;
+    a.col = static_cast<int>(e % nq);
+    const int h = a.col / hd, d = a.col % hd;
+    a.o = ((h / group * int64_t{n} + a.t) * group + h % group) * hd + d;
+    return true;
+}
+
 // qp[g][t][j][d] = F16(q[t][(g * group + j) * hd + d]) for the n rows of a chunk; lo (optional)
 // the F16 of what that rounding left out.
 __global__ void __launch_bounds__(kAttnT)
     q_pack_kernel(const float* q, int64_t q_ld, int n, AttnShape sh, uint16_t* qp, uint16_t* lo) {
-    const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
-    const int64_t nq = int64_t{sh.n_head} * hd;
-    const int64_t e = static_cast<int64_t>(blockIdx.x) * kAttnT + static_cast<int64_t>(threadIdx.x);
-    if (e >= nq * n) return;
-    const int64_t t = e / nq;
-    const int rest = static_cast<int>(e % nq), h = rest / hd, d = rest % hd;
-    const int g = h / group, j = h % group;
-    const int64_t o = ((g * int64_t{n} + t) * group + j) * hd + d;
-    const float x = q[t * q_ld + rest];
+    PackedAt a;
+    if (!packed_at(n, sh, a)) return;
+    const float x = q[a.t * q_ld + a.col];
     const uint16_t hi = f2h(x);
-    qp[o] = hi;
-    if (lo) lo[o] = f2h(x - h2f(hi));
+    qp[a.o] = hi;
+    if (lo) lo[a.o] = f2h(x - h2f(hi));
 }
 
 // att[t][(g * group + j) * hd + d] = op[g][t][j][d] for the n rows of a chunk.
 __global__ void __launch_bounds__(kAttnT)
     o_unpack_kernel(const float* op, int n, AttnShape sh, float* att, int64_t att_ld) {
-    const int hd = sh.head_dim, group = sh.n_head / sh.n_head_kv;
-    const int64_t nq = int64_t{sh.n_head} * hd;
-    const int64_t e = static_cast<int64_t>(blockIdx.x) * kAttnT + static_cast<int64_t>(threadIdx.x);
-    if (e >= nq * n) return;
-    const int64_t t = e / nq;
-    const int rest = static_cast<int>(e % nq), h = rest / hd, d = rest % hd;
-    const int g = h / group, j = h % group;
-    att[t * att_ld + rest] = op[((g * int64_t{n} + t) * group + j) * hd + d];
-}
-
-// Reduction over the block (kAttnT threads) of v by op (max or sum); every thread gets it.
-template <bool kMax>
-LOOM_DEV float block_reduce(float v, float* sh) {
-    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
-    v = kMax ? warp_max(v) : warp_sum(v);
-    __syncthreads();
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    float r = sh[0];
-    for (int w = 1; w < kAttnT / kWarp; ++w) r = kMax ? fmaxf(r, sh[w]) : r + sh[w];
-    return r;
+    PackedAt a;
+    if (packed_at(n, sh, a)) att[a.t * att_ld + a.col] = op[a.o];
 }
 
 // Row r of the scaled scores S (F32, leading dimension ld): column c = r % cols is query t = c /
@@ -272,10 +266,10 @@ __global__ void __launch_bounds__(kAttnT) attn_softmax_kernel(const float* S, ui
     const int tid = static_cast<int>(threadIdx.x);
     float mx = kNegInf;
     for (int j = tid; j < valid; j += kAttnT) mx = fmaxf(mx, s[j]);
-    mx = block_reduce<true>(mx, red);
+    mx = block_max(mx, red);
     float sum = 0.0f;
     for (int j = tid; j < valid; j += kAttnT) sum += expf(s[j] - mx);
-    sum = block_reduce<false>(sum, red);
+    sum = block_sum_f(sum, red);
     const float inv = 1.0f / sum;
     for (int j = tid; j < n_keys; j += kAttnT) {
         const float x = j < valid ? expf(s[j] - mx) * inv : 0.0f;

@@ -1,10 +1,11 @@
 // Block-wide reductions of the device sampler and prompt scoring (k_sample.cu, k_score.cu):
 // (value, id) candidates ordered by value descending, ties by lower id (engine/sampler.cpp's
-// order), the best of a block, and block maxima and double sums. Blocks have kST threads.
+// order), the best of a block, and block double sums (block maxima: k_common.cuh). Blocks have kST threads.
 #pragma once
 
 #include <cmath>
 
+#include "engine/backends/gpu/k_common.cuh"
 #include "engine/backends/gpu/kernels.hpp"
 
 namespace loom::gpu {
@@ -55,18 +56,6 @@ LOOM_DEV Cand block_best(Cand c, Cand* sh) {
     }
     __syncthreads();
     const Cand r = sh[nw];
-    __syncthreads();
-    return r;
-}
-
-LOOM_DEV float block_max(float v, float* sh) {
-    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
-    const int nw = static_cast<int>(blockDim.x) / kWarp;
-    v = warp_max(v);
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    float r = -INFINITY;
-    for (int w = 0; w < nw; ++w) r = fmaxf(r, sh[w]);
     __syncthreads();
     return r;
 }
