@@ -9,12 +9,14 @@
 # serving bench sass ncu (default: all but serving); CHECK8B_ARGS is one engine option for
 # check8b (e.g. --kv-f32). core runs tests/e2e/test_engine_core.py's
 # batching/chunking/prefix/preemption cases on loom-engine-cuda; serving runs
-# tools/bench_serving.py at the engine protocol (SERVING_RUNS, SERVING_MODELS, SERVING_OPTS). small checks the F32 KV pool (--kv-f32) against the tolerances of the CPU
-# engine, small16 the default F16 pool against its own. bench also times the variants in
-# $BENCH_VARIANTS (bench_gpu.py --variant NAME:ARGS: the F32 pool and --batch-invariant by
-# default); BENCH_SKIP_GATEWAY=1 leaves out the gateway figures. sass writes the single-row
-# matvec kernels' machine code and opcode counts; ncu profiles a few decode matvecs (Nsight
-# Compute, clocks left alone; NCU_MODELS, NCU_KERNELS choose).
+# tools/bench_serving.py at the engine protocol (SERVING_RUNS, SERVING_OPTS), and with
+# SERVING_GATEWAY=1 also through loom-gateway (same engine, streamed HTTP). small checks the
+# F32 KV pool (--kv-f32) against the tolerances of the CPU engine, small16 the default F16
+# pool against its own. bench also times the variants in $BENCH_VARIANTS (bench_gpu.py
+# --variant NAME:ARGS: the F32 pool and --batch-invariant by default); BENCH_SKIP_GATEWAY=1
+# leaves out the gateway figures. sass writes the single-row matvec kernels' machine code and
+# opcode counts; ncu profiles a few decode matvecs (Nsight Compute, clocks left alone;
+# NCU_MODELS, NCU_KERNELS choose). GEN_TYPES (default "f16 q4_k_m") picks the 8B models gen makes.
 # The binaries (loom-engine-cuda, loom-engine-cpu, loom-gpu-bench, loom-gpu-sampler-test,
 # loom-make-model, loom-gateway) come from one of:
 #   BIN=DIR        prebuilt, in DIR. Shared libraries they need that this machine lacks (e.g.
@@ -136,7 +138,7 @@ main() {
   fi
   if want gen; then
     stamp "random Llama-3-8B models into $SHM"
-    for t in f16 q4_k_m; do
+    for t in ${GEN_TYPES:-f16 q4_k_m}; do
       [ -s "$SHM/llama3-8b-$t.gguf" ] || timeout 240 "$BIN/loom-make-model" --preset llama3-8b --type $t \
         --threads "$(nproc)" --out "$SHM/llama3-8b-$t.gguf" 2>&1 | tail -2
     done
@@ -174,6 +176,7 @@ main() {
       want serving || break
       stamp "serving $t $name: $scen (engine: $args; bench: $opts)"
       local eargs=(--engine-arg=--parallel=256)
+      [ "${SERVING_GATEWAY:-0}" = 1 ] && [ -x "$BIN/loom-gateway" ] && eargs+=(--gateway "$BIN/loom-gateway")
       for a in $args; do eargs+=("--engine-arg=$a"); done
       # shellcheck disable=SC2086
       timeout "$(left "${SERVING_TIMEOUT:-300}")" python3 tools/bench_serving.py --engine "$BIN/loom-engine-cuda" \

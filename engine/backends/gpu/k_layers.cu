@@ -353,22 +353,50 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
     }
 }
 
-__global__ void __launch_bounds__(kAttnT) attn_combine_kernel(const RowDesc* rd, AttnShape sh, int splits, int span,
+constexpr int kCombT = 512;         // threads of the split combine
+constexpr int kCombWeights = 4096;  // splits whose weights the combine keeps in shared memory
+
+// Combine of the decode splits of one (head h, query b): with m_s, l_s the split maxima and sums
+// and M their maximum, out[d] = sum_s o_s[d] exp(m_s - M) / sum_s l_s exp(m_s - M). The splits
+// are spread over the block (the weights once, into shared memory; then kCombT / head_dim groups
+// of head_dim threads, group g summing the splits s = g mod groups in order, and the groups
+// added in order), so that a long context's hundreds of splits are read by many loads in flight
+// instead of by one thread each, three times over. The order depends on the number of active
+// splits alone (that is, on the query's position), never on `splits` or on the other rows.
+__global__ void __launch_bounds__(kCombT) attn_combine_kernel(const RowDesc* rd, AttnShape sh, int splits, int span,
                                                               const float* part, float* att, int64_t att_ld) {
+    __shared__ float w[kCombWeights];
+    __shared__ float red[kCombT];
+    __shared__ float sh_red[kCombT / kWarp];
     const int h = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.y);
-    const int hd = sh.head_dim;
+    const int t = static_cast<int>(threadIdx.x);
+    const int hd = sh.head_dim, stride = hd + 2;
     const int n_kv = rd[b].pos + 1;
     const int active = min(splits, (n_kv + span - 1) / span);
-    const float* base = part + (int64_t{b} * sh.n_head + h) * splits * (hd + 2);
-    float M = kNegInf;
-    for (int s = 0; s < active; ++s) M = fmaxf(M, base[s * (hd + 2) + hd]);
-    float L = 0.0f;
-    for (int s = 0; s < active; ++s) L += base[s * (hd + 2) + hd + 1] * expf(base[s * (hd + 2) + hd] - M);
-    const float inv = 1.0f / L;
-    for (int d = static_cast<int>(threadIdx.x); d < hd; d += kAttnT) {
+    const float* base = part + (int64_t{b} * sh.n_head + h) * splits * stride;
+    float m = kNegInf;
+    for (int s = t; s < active; s += kCombT) m = fmaxf(m, base[s * stride + hd]);
+    const float M = block_max(m, sh_red);
+    float l = 0.0f;
+    for (int s = t; s < active; s += kCombT) {
+        const float e = expf(base[s * stride + hd] - M);
+        if (s < kCombWeights) w[s] = e;
+        l += base[s * stride + hd + 1] * e;
+    }
+    const float inv = 1.0f / block_sum_f(l, sh_red);  // its barriers also publish w
+    const int groups = kCombT / hd, g = t / hd, d = t % hd;
+    if (g < groups) {
         float v = 0.0f;
-        for (int s = 0; s < active; ++s) v += base[s * (hd + 2) + d] * expf(base[s * (hd + 2) + hd] - M);
-        att[b * att_ld + int64_t{h} * hd + d] = v * inv;
+#pragma unroll 8
+        for (int s = g; s < active; s += groups)
+            v += base[s * stride + d] * (s < kCombWeights ? w[s] : expf(base[s * stride + hd] - M));
+        red[g * hd + d] = v;
+    }
+    __syncthreads();
+    if (t < hd) {
+        float v = 0.0f;
+        for (int q = 0; q < groups; ++q) v += red[q * hd + t];
+        att[b * att_ld + int64_t{h} * hd + t] = v * inv;
     }
 }
 
@@ -452,7 +480,7 @@ void attn_decode(const float* q, int64_t q_ld, const RowDesc* rd, int nq, int la
         LOOM_GPU_CHECK_LAUNCH();
     }
     auto k2 = attn_combine_kernel;
-    LOOM_LAUNCH(k2, dim3(static_cast<unsigned>(sh.n_head), static_cast<unsigned>(nq)), kAttnT, 0, s, rd, sh, splits,
+    LOOM_LAUNCH(k2, dim3(static_cast<unsigned>(sh.n_head), static_cast<unsigned>(nq)), kCombT, 0, s, rd, sh, splits,
                 span, part, att, att_ld);
     LOOM_GPU_CHECK_LAUNCH();
 }
