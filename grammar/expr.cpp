@@ -43,6 +43,16 @@ void print(std::string& out, const Expr& e, const Rules& rules, int prec, int de
         out += "...";
         return;
     }
+    // A Seq (binding level 1) or Alt (level 0): the items at level + 1 joined by `sep`, in
+    // parentheses when the context binds tighter than `level`.
+    auto print_joined = [&](int level, const char* sep) {
+        if (prec > level) out += '(';
+        for (size_t k = 0; k < e.items.size(); ++k) {
+            if (k) out += sep;
+            print(out, *e.items[k], rules, level + 1, depth + 1);
+        }
+        if (prec > level) out += ')';
+    };
     switch (e.kind) {
         case ExprKind::Empty: out += "\"\""; return;
         case ExprKind::Nothing: out += "[]"; return;
@@ -79,22 +89,8 @@ void print(std::string& out, const Expr& e, const Rules& rules, int prec, int de
             out += ']';
             return;
         }
-        case ExprKind::Seq:
-            if (prec > 1) out += '(';
-            for (size_t k = 0; k < e.items.size(); ++k) {
-                if (k) out += ' ';
-                print(out, *e.items[k], rules, 2, depth + 1);
-            }
-            if (prec > 1) out += ')';
-            return;
-        case ExprKind::Alt:
-            if (prec > 0) out += '(';
-            for (size_t k = 0; k < e.items.size(); ++k) {
-                if (k) out += " | ";
-                print(out, *e.items[k], rules, 1, depth + 1);
-            }
-            if (prec > 0) out += ')';
-            return;
+        case ExprKind::Seq: return print_joined(1, " ");
+        case ExprKind::Alt: return print_joined(0, " | ");
         case ExprKind::Repeat:
             print(out, *e.items[0], rules, 3, depth + 1);
             if (e.min == 0 && e.max == 1) out += '?';
