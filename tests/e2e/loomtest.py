@@ -144,6 +144,14 @@ class GatewayTestCase(unittest.TestCase):
     gateway_model = None
     gateway_args = ()
     engine_log = False
+    chat_body = None  # the request body chat() starts from
+
+    def chat(self, **extra):
+        """POSTs /v1/chat/completions: the class's chat_body with the members of `extra` set
+        over it (the class attribute is not changed). Returns what Gateway.post returns."""
+        body = dict(self.chat_body)
+        body.update(extra)
+        return self.gw.post("/v1/chat/completions", body)
 
     @classmethod
     def setUpClass(cls):

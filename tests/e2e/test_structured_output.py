@@ -123,10 +123,7 @@ def validate(v, schema, root, where="$"):
 class StructuredOutput(GatewayTestCase):
     gateway_model = MODEL
 
-    def chat(self, **extra):
-        body = {"model": "stories260K", "messages": MESSAGES, "max_tokens": 400}
-        body.update(extra)
-        return self.gw.post("/v1/chat/completions", body)
+    chat_body = {"model": "stories260K", "messages": MESSAGES, "max_tokens": 400}
 
     def check_entries(self, choice):
         content = choice["message"]["content"]

@@ -35,10 +35,7 @@ def error_message(body):
 class UnknownParameters(GatewayTestCase):
     gateway_model = MODEL
 
-    def chat(self, **extra):
-        body = {"model": "stories260K", "messages": MESSAGES, "max_tokens": 2}
-        body.update(extra)
-        return self.gw.post("/v1/chat/completions", body)
+    chat_body = {"model": "stories260K", "messages": MESSAGES, "max_tokens": 2}
 
     def test_unknown_member_gets_openais_400(self):
         status, body = self.chat(foo=1)
