@@ -207,6 +207,19 @@ class ModelCopyTestCase(unittest.TestCase):
         cls.gw.stop()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
+    def completion(self, body):
+        """POSTs the chat completion `body` to self.gw, streamed when body["stream"] is true,
+        and asserts it succeeded (status 200; a stream also ended with [DONE]). Returns the
+        stream's chunks, or the response's first choice."""
+        if body.get("stream"):
+            status, chunks, done = self.gw.stream("/v1/chat/completions", body)
+            self.assertEqual(status, 200, chunks)
+            self.assertTrue(done)
+            return chunks
+        status, resp = self.gw.post("/v1/chat/completions", body)
+        self.assertEqual(status, 200, resp)
+        return resp["choices"][0]
+
 
 def read_http_response(sock, to_close=False):
     """Reads one HTTP/1.1 response from the socket `sock` (its timeout bounds each read):

@@ -102,14 +102,7 @@ class ReplayCase(ModelCopyTestCase):
     def ask(self, stream=False, **extra):
         body = {"model": self.model_id, "messages": MESSAGES, "tools": TOOLS, "logprobs": True, "top_logprobs": 1}
         body.update(extra)
-        if stream:
-            status, chunks, done = self.gw.stream("/v1/chat/completions", dict(body, stream=True))
-            self.assertEqual(status, 200, chunks)
-            self.assertTrue(done)
-            return chunks
-        status, resp = self.gw.post("/v1/chat/completions", body)
-        self.assertEqual(status, 200, resp)
-        return resp["choices"][0]
+        return self.completion(dict(body, stream=True) if stream else body)
 
     def check_spelled(self, choice):
         """Every logprob list of a whole response spells the text it covers."""
