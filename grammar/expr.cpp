@@ -10,7 +10,8 @@ constexpr size_t kFlattenMax = 8;
 constexpr size_t kPrintMax = 1 << 20;  // bytes of Rules::to_string
 constexpr int kPrintDepth = 200;
 
-ExprPtr make(ExprKind k) {
+// A new node of kind `k`, still writable so a builder can fill it in (ExprPtr is const).
+std::shared_ptr<Expr> make(ExprKind k) {
     auto e = std::make_shared<Expr>();
     e->kind = k;
     return e;
@@ -43,6 +44,16 @@ void print(std::string& out, const Expr& e, const Rules& rules, int prec, int de
         out += "...";
         return;
     }
+    // A Seq (binding level 1) or Alt (level 0): the items at level + 1 joined by `sep`, in
+    // parentheses when the context binds tighter than `level`.
+    auto print_joined = [&](int level, const char* sep) {
+        if (prec > level) out += '(';
+        for (size_t k = 0; k < e.items.size(); ++k) {
+            if (k) out += sep;
+            print(out, *e.items[k], rules, level + 1, depth + 1);
+        }
+        if (prec > level) out += ')';
+    };
     switch (e.kind) {
         case ExprKind::Empty: out += "\"\""; return;
         case ExprKind::Nothing: out += "[]"; return;
@@ -79,22 +90,8 @@ void print(std::string& out, const Expr& e, const Rules& rules, int prec, int de
             out += ']';
             return;
         }
-        case ExprKind::Seq:
-            if (prec > 1) out += '(';
-            for (size_t k = 0; k < e.items.size(); ++k) {
-                if (k) out += ' ';
-                print(out, *e.items[k], rules, 2, depth + 1);
-            }
-            if (prec > 1) out += ')';
-            return;
-        case ExprKind::Alt:
-            if (prec > 0) out += '(';
-            for (size_t k = 0; k < e.items.size(); ++k) {
-                if (k) out += " | ";
-                print(out, *e.items[k], rules, 1, depth + 1);
-            }
-            if (prec > 0) out += ')';
-            return;
+        case ExprKind::Seq: return print_joined(1, " ");
+        case ExprKind::Alt: return print_joined(0, " | ");
         case ExprKind::Repeat:
             print(out, *e.items[0], rules, 3, depth + 1);
             if (e.min == 0 && e.max == 1) out += '?';
@@ -123,19 +120,31 @@ ExprPtr nothing() {
 
 ExprPtr lit(std::string_view bytes) {
     if (bytes.empty()) return empty();
-    auto e = std::make_shared<Expr>();
-    e->kind = ExprKind::Literal;
+    auto e = make(ExprKind::Literal);
     e->text = bytes;
     return e;
 }
 
 ExprPtr chars(CharSet set) {
     if (set.empty()) return nothing();
-    auto e = std::make_shared<Expr>();
-    e->kind = ExprKind::Chars;
+    auto e = make(ExprKind::Chars);
     e->chars = std::move(set);
     return e;
 }
+
+namespace {
+
+// The Seq or Alt node of the already flattened `flat`: `none` when it is empty, its one
+// item when it has one.
+ExprPtr list_node(ExprKind kind, std::vector<ExprPtr> flat, ExprPtr none) {
+    if (flat.empty()) return none;
+    if (flat.size() == 1) return flat[0];
+    auto e = make(kind);
+    e->items = std::move(flat);
+    return e;
+}
+
+}  // namespace
 
 ExprPtr seq(std::vector<ExprPtr> items) {
     std::vector<ExprPtr> flat;
@@ -152,12 +161,7 @@ ExprPtr seq(std::vector<ExprPtr> items) {
             flat.push_back(it);
         }
     }
-    if (flat.empty()) return empty();
-    if (flat.size() == 1) return flat[0];
-    auto e = std::make_shared<Expr>();
-    e->kind = ExprKind::Seq;
-    e->items = std::move(flat);
-    return e;
+    return list_node(ExprKind::Seq, std::move(flat), empty());
 }
 
 ExprPtr alt(std::vector<ExprPtr> items) {
@@ -168,12 +172,7 @@ ExprPtr alt(std::vector<ExprPtr> items) {
             flat.insert(flat.end(), it->items.begin(), it->items.end());
         else flat.push_back(it);
     }
-    if (flat.empty()) return nothing();
-    if (flat.size() == 1) return flat[0];
-    auto e = std::make_shared<Expr>();
-    e->kind = ExprKind::Alt;
-    e->items = std::move(flat);
-    return e;
+    return list_node(ExprKind::Alt, std::move(flat), nothing());
 }
 
 ExprPtr repeat(ExprPtr item, uint32_t min, uint32_t max) {
@@ -182,8 +181,7 @@ ExprPtr repeat(ExprPtr item, uint32_t min, uint32_t max) {
     if (max == 0 || item->kind == ExprKind::Empty) return empty();
     if (item->kind == ExprKind::Nothing) return min == 0 ? empty() : nothing();
     if (min == 1 && max == 1) return item;
-    auto e = std::make_shared<Expr>();
-    e->kind = ExprKind::Repeat;
+    auto e = make(ExprKind::Repeat);
     e->items = {std::move(item)};
     e->min = min;
     e->max = max;
@@ -191,15 +189,13 @@ ExprPtr repeat(ExprPtr item, uint32_t min, uint32_t max) {
 }
 
 ExprPtr ref(int32_t rule) {
-    auto e = std::make_shared<Expr>();
-    e->kind = ExprKind::Ref;
+    auto e = make(ExprKind::Ref);
     e->rule = rule;
     return e;
 }
 
 ExprPtr dfa(std::shared_ptr<const ByteDfa> d) {
-    auto e = std::make_shared<Expr>();
-    e->kind = ExprKind::Dfa;
+    auto e = make(ExprKind::Dfa);
     e->dfa = std::move(d);
     return e;
 }

@@ -342,12 +342,7 @@ Value f_filesizeformat(Interp&, const Value& v, CallArgs& a) {
     return Value(buf);
 }
 
-struct Entry {
-    const char* name;
-    Fn fn;
-};
-
-const Entry kFilters[] = {
+const detail::NamedFn<detail::FilterFn> kFilters[] = {
     {"abs", f_abs},
     {"attr", f_attr},
     {"capitalize", f_capitalize},
@@ -383,8 +378,7 @@ const Entry kFilters[] = {
 namespace detail {
 
 FilterFn find_filter(std::string_view name) {
-    for (const Entry& e : kFilters)
-        if (name == e.name) return e.fn;
+    if (FilterFn f = find_named(kFilters, name)) return f;
     return find_sequence_filter(name);
 }
 

@@ -314,12 +314,7 @@ Value f_unique(Interp& in, const Value& v, CallArgs& a) {
     return Value::iterator(std::move(out));
 }
 
-struct Entry {
-    const char* name;
-    detail::FilterFn fn;
-};
-
-const Entry kSequenceFilters[] = {
+const detail::NamedFn<detail::FilterFn> kSequenceFilters[] = {
     {"batch", f_batch},
     {"dictsort", f_dictsort},
     {"first", f_first},
@@ -347,11 +342,7 @@ const Entry kSequenceFilters[] = {
 
 namespace detail {
 
-FilterFn find_sequence_filter(std::string_view name) {
-    for (const Entry& e : kSequenceFilters)
-        if (name == e.name) return e.fn;
-    return nullptr;
-}
+FilterFn find_sequence_filter(std::string_view name) { return find_named(kSequenceFilters, name); }
 
 }  // namespace detail
 

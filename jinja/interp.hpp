@@ -57,6 +57,21 @@ Value lower_if_str(const Value& v);
 namespace detail {
 /// The sequence filter registered as `name` (filters_seq.cpp), or nullptr.
 FilterFn find_sequence_filter(std::string_view name);
+
+/// One row of a builtin table (filters, tests): the name templates use and its function.
+template <class Fn>
+struct NamedFn {
+    const char* name;
+    Fn fn;
+};
+
+/// The function of the first row of `table` named `name`, or nullptr when none is.
+template <class Fn, size_t N>
+Fn find_named(const NamedFn<Fn> (&table)[N], std::string_view name) {
+    for (const NamedFn<Fn>& e : table)
+        if (name == e.name) return e.fn;
+    return nullptr;
+}
 }  // namespace detail
 
 /// Binds call arguments to named parameters like a Python signature.

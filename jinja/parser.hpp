@@ -135,6 +135,9 @@ private:
     ExprP parse_expression(bool with_condexpr);
     ExprP parse_condexpr();
     ExprP binary(EK kind, ExprP l, ExprP r, const Token& at);
+    /// `operand (word operand)*`, folded to the left into `kind` nodes (Jinja2's parse_or and
+    /// parse_and: `a or b or c` is Or(Or(a, b), c)).
+    ExprP parse_chain(const char* word, EK kind, ExprP (Parser::*operand)());
     ExprP parse_or();
     ExprP parse_and();
     ExprP parse_not();

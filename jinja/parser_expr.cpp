@@ -58,27 +58,20 @@ ExprP Parser::binary(EK kind, ExprP l, ExprP r, const Token& at) {
     return e;
 }
 
-ExprP Parser::parse_or() {
-    ExprP left = parse_and();
+ExprP Parser::parse_chain(const char* word, EK kind, ExprP (Parser::*operand)()) {
+    ExprP left = (this->*operand)();
     Wraps w(*this);
-    while (is_name("or")) {
+    while (is_name(word)) {
         w.add();
         const Token& at = next();
-        left = binary(EK::Or, std::move(left), parse_and(), at);
+        left = binary(kind, std::move(left), (this->*operand)(), at);
     }
     return left;
 }
 
-ExprP Parser::parse_and() {
-    ExprP left = parse_not();
-    Wraps w(*this);
-    while (is_name("and")) {
-        w.add();
-        const Token& at = next();
-        left = binary(EK::And, std::move(left), parse_not(), at);
-    }
-    return left;
-}
+ExprP Parser::parse_or() { return parse_chain("or", EK::Or, &Parser::parse_and); }
+
+ExprP Parser::parse_and() { return parse_chain("and", EK::And, &Parser::parse_not); }
 
 ExprP Parser::parse_not() {
     if (is_name("not")) {

@@ -142,12 +142,7 @@ bool t_test(Interp&, const Value& v, CallArgs& a) {
     return v.is_string() && detail::find_test(v.str());
 }
 
-struct Entry {
-    const char* name;
-    detail::TestFn fn;
-};
-
-const Entry kTests[] = {
+const detail::NamedFn<detail::TestFn> kTests[] = {
     {"odd", t_odd},
     {"even", t_even},
     {"divisibleby", t_divisibleby},
@@ -193,11 +188,7 @@ const Entry kTests[] = {
 
 namespace detail {
 
-TestFn find_test(std::string_view name) {
-    for (const Entry& e : kTests)
-        if (name == e.name) return e.fn;
-    return nullptr;
-}
+TestFn find_test(std::string_view name) { return find_named(kTests, name); }
 
 }  // namespace detail
 

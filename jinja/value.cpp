@@ -23,15 +23,22 @@ void check_room(const std::string& out) {
         throw TemplateError("value exceeds the size limit of " + std::to_string(print_limit()) + " bytes");
 }
 
-void print_items(const std::vector<Value>& items, int depth, std::string& out) {
+// `open`, the repr()s of `items` joined by ", ", then `close`: Python's list, tuple and view reprs.
+void print_items(const std::vector<Value>& items, int depth, std::string& out, std::string_view open,
+                 std::string_view close) {
+    out += open;
     for (size_t i = 0; i < items.size(); ++i) {
         if (i) out += ", ";
         print(items[i], true, depth + 1, out);
         check_room(out);
     }
+    out += close;
 }
 
-void print_dict(const Object& o, int depth, std::string& out) {
+// A dict's repr, {k: v, ...}, between `before` and `after` (a Namespace wraps it in <Namespace ...>).
+void print_dict(const Object& o, int depth, std::string& out, std::string_view before = {},
+                std::string_view after = {}) {
+    out += before;
     out += '{';
     bool first = true;
     for (const auto& [k, v] : o.entries()) {
@@ -43,6 +50,7 @@ void print_dict(const Object& o, int depth, std::string& out) {
         check_room(out);
     }
     out += '}';
+    out += after;
 }
 
 // Python str() (repr=false) or repr() of `v`, appended to `out`.
@@ -55,29 +63,13 @@ void print(const Value& v, bool repr, int depth, std::string& out) {
         case Value::Kind::Int: out += std::to_string(v.get_int()); return;
         case Value::Kind::Float: out += py::float_repr(v.get_float()); return;
         case Value::Kind::String: out += repr ? py::repr(v.str()) : v.str(); return;
-        case Value::Kind::List:
-            out += '[';
-            print_items(v.items(), depth, out);
-            out += ']';
-            return;
-        case Value::Kind::Tuple:
-            out += '(';
-            print_items(v.items(), depth, out);
-            out += v.items().size() == 1 ? ",)" : ")";
-            return;
+        case Value::Kind::List: print_items(v.items(), depth, out, "[", "]"); return;
+        case Value::Kind::Tuple: print_items(v.items(), depth, out, "(", v.items().size() == 1 ? ",)" : ")"); return;
         case Value::Kind::KeysView:
         case Value::Kind::ValuesView:
-        case Value::Kind::ItemsView:
-            out += v.type_name() + "([";
-            print_items(v.items(), depth, out);
-            out += "])";
-            return;
+        case Value::Kind::ItemsView: print_items(v.items(), depth, out, v.type_name() + "([", "])"); return;
         case Value::Kind::Dict: print_dict(v.obj(), depth, out); return;
-        case Value::Kind::Namespace:
-            out += "<Namespace ";
-            print_dict(v.obj(), depth, out);
-            out += '>';
-            return;
+        case Value::Kind::Namespace: print_dict(v.obj(), depth, out, "<Namespace ", ">"); return;
         case Value::Kind::Callable:
             out += v.fn().repr.empty() ? "<built-in function " + v.fn().name + ">" : v.fn().repr;
             return;

@@ -211,6 +211,18 @@ std::optional<std::string_view> GgufValue::as_string() const {
     return std::nullopt;
 }
 
+namespace {
+
+/// The little-endian scalar of type T at p (unaligned), widened to double.
+template <class T>
+double load_as_double(const uint8_t* p) {
+    T x;
+    std::memcpy(&x, p, sizeof x);
+    return static_cast<double>(x);
+}
+
+}  // namespace
+
 std::vector<double> GgufValue::numbers() const {
     std::vector<double> out;
     if (type != GgufType::ARRAY || elems == nullptr) return out;
@@ -222,54 +234,14 @@ std::vector<double> GgufValue::numbers() const {
             case GgufType::U8:
             case GgufType::BOOL: out[k] = *p; break;
             case GgufType::I8: out[k] = static_cast<int8_t>(*p); break;
-            case GgufType::U16: {
-                uint16_t x;
-                std::memcpy(&x, p, 2);
-                out[k] = x;
-                break;
-            }
-            case GgufType::I16: {
-                int16_t x;
-                std::memcpy(&x, p, 2);
-                out[k] = x;
-                break;
-            }
-            case GgufType::U32: {
-                uint32_t x;
-                std::memcpy(&x, p, 4);
-                out[k] = x;
-                break;
-            }
-            case GgufType::I32: {
-                int32_t x;
-                std::memcpy(&x, p, 4);
-                out[k] = x;
-                break;
-            }
-            case GgufType::F32: {
-                float x;
-                std::memcpy(&x, p, 4);
-                out[k] = x;
-                break;
-            }
-            case GgufType::U64: {
-                uint64_t x;
-                std::memcpy(&x, p, 8);
-                out[k] = static_cast<double>(x);
-                break;
-            }
-            case GgufType::I64: {
-                int64_t x;
-                std::memcpy(&x, p, 8);
-                out[k] = static_cast<double>(x);
-                break;
-            }
-            case GgufType::F64: {
-                double x;
-                std::memcpy(&x, p, 8);
-                out[k] = x;
-                break;
-            }
+            case GgufType::U16: out[k] = load_as_double<uint16_t>(p); break;
+            case GgufType::I16: out[k] = load_as_double<int16_t>(p); break;
+            case GgufType::U32: out[k] = load_as_double<uint32_t>(p); break;
+            case GgufType::I32: out[k] = load_as_double<int32_t>(p); break;
+            case GgufType::F32: out[k] = load_as_double<float>(p); break;
+            case GgufType::U64: out[k] = load_as_double<uint64_t>(p); break;
+            case GgufType::I64: out[k] = load_as_double<int64_t>(p); break;
+            case GgufType::F64: out[k] = load_as_double<double>(p); break;
             default: break;
         }
     }

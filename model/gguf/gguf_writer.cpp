@@ -97,37 +97,6 @@ void GgufWriter::add_array(const std::string& key, GgufType elem_type, const voi
     add_kv(key, GgufType::ARRAY, bytes);
 }
 
-void GgufWriter::add_array(const std::string& key, const std::vector<uint8_t>& v) {
-    add_array(key, GgufType::U8, v.data(), v.size());
-}
-void GgufWriter::add_array(const std::string& key, const std::vector<int8_t>& v) {
-    add_array(key, GgufType::I8, v.data(), v.size());
-}
-void GgufWriter::add_array(const std::string& key, const std::vector<uint16_t>& v) {
-    add_array(key, GgufType::U16, v.data(), v.size());
-}
-void GgufWriter::add_array(const std::string& key, const std::vector<int16_t>& v) {
-    add_array(key, GgufType::I16, v.data(), v.size());
-}
-void GgufWriter::add_array(const std::string& key, const std::vector<uint32_t>& v) {
-    add_array(key, GgufType::U32, v.data(), v.size());
-}
-void GgufWriter::add_array(const std::string& key, const std::vector<int32_t>& v) {
-    add_array(key, GgufType::I32, v.data(), v.size());
-}
-void GgufWriter::add_array(const std::string& key, const std::vector<uint64_t>& v) {
-    add_array(key, GgufType::U64, v.data(), v.size());
-}
-void GgufWriter::add_array(const std::string& key, const std::vector<int64_t>& v) {
-    add_array(key, GgufType::I64, v.data(), v.size());
-}
-void GgufWriter::add_array(const std::string& key, const std::vector<float>& v) {
-    add_array(key, GgufType::F32, v.data(), v.size());
-}
-void GgufWriter::add_array(const std::string& key, const std::vector<double>& v) {
-    add_array(key, GgufType::F64, v.data(), v.size());
-}
-
 void GgufWriter::add_bool_array(const std::string& key, const std::vector<bool>& v) {
     std::vector<uint8_t> b(v.begin(), v.end());
     add_array(key, GgufType::BOOL, b.data(), b.size());

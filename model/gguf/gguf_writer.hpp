@@ -18,11 +18,29 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "model/gguf/gguf.hpp"
 
 namespace loom::model {
+
+/// The GGUF scalar type that stores a T: U8/I8/U16/I16/U32/I32/U64/I64 for the fixed-width
+/// integers, F32 for float, F64 for double; any other T fails to compile.
+template <class T>
+constexpr GgufType gguf_type_of() {
+    if constexpr (std::is_same_v<T, uint8_t>) return GgufType::U8;
+    else if constexpr (std::is_same_v<T, int8_t>) return GgufType::I8;
+    else if constexpr (std::is_same_v<T, uint16_t>) return GgufType::U16;
+    else if constexpr (std::is_same_v<T, int16_t>) return GgufType::I16;
+    else if constexpr (std::is_same_v<T, uint32_t>) return GgufType::U32;
+    else if constexpr (std::is_same_v<T, int32_t>) return GgufType::I32;
+    else if constexpr (std::is_same_v<T, uint64_t>) return GgufType::U64;
+    else if constexpr (std::is_same_v<T, int64_t>) return GgufType::I64;
+    else if constexpr (std::is_same_v<T, float>) return GgufType::F32;
+    else if constexpr (std::is_same_v<T, double>) return GgufType::F64;
+    else static_assert(sizeof(T) == 0, "no GGUF scalar type for this T");
+}
 
 class GgufWriter {
 public:
@@ -53,16 +71,12 @@ public:
     /// width (bools are one byte, 0 or 1). Throws std::invalid_argument for STRING,
     /// ARRAY or an unknown type.
     void add_array(const std::string& key, GgufType elem_type, const void* elems, uint64_t count);
-    void add_array(const std::string& key, const std::vector<uint8_t>& v);
-    void add_array(const std::string& key, const std::vector<int8_t>& v);
-    void add_array(const std::string& key, const std::vector<uint16_t>& v);
-    void add_array(const std::string& key, const std::vector<int16_t>& v);
-    void add_array(const std::string& key, const std::vector<uint32_t>& v);
-    void add_array(const std::string& key, const std::vector<int32_t>& v);
-    void add_array(const std::string& key, const std::vector<uint64_t>& v);
-    void add_array(const std::string& key, const std::vector<int64_t>& v);
-    void add_array(const std::string& key, const std::vector<float>& v);
-    void add_array(const std::string& key, const std::vector<double>& v);
+    /// Array of the numbers in `v`, its GGUF element type the one of T's width and kind
+    /// (uint8_t U8 ... int64_t I64, float F32, double F64; other T do not compile).
+    template <class T>
+    void add_array(const std::string& key, const std::vector<T>& v) {
+        add_array(key, gguf_type_of<T>(), v.data(), v.size());
+    }
     /// Array of BOOL elements.
     void add_bool_array(const std::string& key, const std::vector<bool>& v);
     /// Array of STRING elements.

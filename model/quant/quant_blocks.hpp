@@ -27,12 +27,16 @@ namespace loom::model::blocks {
 /// The 16 signed levels of IQ4_NL and IQ4_XS, ascending (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-/// Half float stored little-endian at p.
-LOOM_QB_INLINE float load_f16(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return fp16_to_fp32(h);
+/// The little-endian T stored at p (any alignment); the host is little-endian, as GGUF.
+template <class T>
+LOOM_QB_INLINE T load_le(const uint8_t* p) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
 }
+
+/// Half float stored little-endian at p.
+LOOM_QB_INLINE float load_f16(const uint8_t* p) { return fp16_to_fp32(load_le<uint16_t>(p)); }
 
 /// 6-bit scale j (0..7) and 6-bit min j of Q4_K / Q5_K's 12 packed scale bytes:
 /// bytes 0-3 hold scales 0-3 (bits 0-5), bytes 4-7 mins 0-3 (bits 0-5); scales and
@@ -113,8 +117,7 @@ struct Q5_0 {
     static constexpr int kSize = 32, kBytes = 22;
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b);
-        uint32_t qh;
-        std::memcpy(&qh, b + 2, 4);
+        const uint32_t qh = load_le<uint32_t>(b + 2);
         const uint8_t* qs = b + 6;
         for (int j = 0; j < 16; ++j) {
             const int h0 = static_cast<int>((qh >> j) & 1) << 4;
@@ -130,8 +133,7 @@ struct Q5_1 {
     static constexpr int kSize = 32, kBytes = 24;
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b), m = load_f16(b + 2);
-        uint32_t qh;
-        std::memcpy(&qh, b + 4, 4);
+        const uint32_t qh = load_le<uint32_t>(b + 4);
         const uint8_t* qs = b + 8;
         for (int j = 0; j < 16; ++j) {
             const int h0 = static_cast<int>((qh >> j) & 1) << 4;
@@ -281,8 +283,7 @@ struct IQ4_XS {
     static constexpr int kSize = 256, kBytes = 136;
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b);
-        uint16_t sh;
-        std::memcpy(&sh, b + 2, 2);
+        const uint16_t sh = load_le<uint16_t>(b + 2);
         const uint8_t* sl = b + 4;
         const uint8_t* qs = b + 8;
         for (int s = 0; s < 8; ++s) {

@@ -144,6 +144,14 @@ class GatewayTestCase(unittest.TestCase):
     gateway_model = None
     gateway_args = ()
     engine_log = False
+    chat_body = None  # the request body chat() starts from
+
+    def chat(self, **extra):
+        """POSTs /v1/chat/completions: the class's chat_body with the members of `extra` set
+        over it (the class attribute is not changed). Returns what Gateway.post returns."""
+        body = dict(self.chat_body)
+        body.update(extra)
+        return self.gw.post("/v1/chat/completions", body)
 
     @classmethod
     def setUpClass(cls):
@@ -198,6 +206,19 @@ class ModelCopyTestCase(unittest.TestCase):
     def tearDownClass(cls):
         cls.gw.stop()
         shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def completion(self, body):
+        """POSTs the chat completion `body` to self.gw, streamed when body["stream"] is true,
+        and asserts it succeeded (status 200; a stream also ended with [DONE]). Returns the
+        stream's chunks, or the response's first choice."""
+        if body.get("stream"):
+            status, chunks, done = self.gw.stream("/v1/chat/completions", body)
+            self.assertEqual(status, 200, chunks)
+            self.assertTrue(done)
+            return chunks
+        status, resp = self.gw.post("/v1/chat/completions", body)
+        self.assertEqual(status, 200, resp)
+        return resp["choices"][0]
 
 
 def read_http_response(sock, to_close=False):

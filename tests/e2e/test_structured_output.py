@@ -123,10 +123,7 @@ def validate(v, schema, root, where="$"):
 class StructuredOutput(GatewayTestCase):
     gateway_model = MODEL
 
-    def chat(self, **extra):
-        body = {"model": "stories260K", "messages": MESSAGES, "max_tokens": 400}
-        body.update(extra)
-        return self.gw.post("/v1/chat/completions", body)
+    chat_body = {"model": "stories260K", "messages": MESSAGES, "max_tokens": 400}
 
     def check_entries(self, choice):
         content = choice["message"]["content"]
@@ -275,14 +272,7 @@ class HermesForcedCalls(ModelCopyTestCase):
         body = {"model": "qwen-copy", "messages": MESSAGES, "tools": TOOLS, "max_tokens": 300,
                 "logprobs": True}
         body.update(extra)
-        if body.get("stream"):
-            status, chunks, done = self.gw.stream("/v1/chat/completions", body)
-            self.assertEqual(status, 200, chunks)
-            self.assertTrue(done)
-            return chunks
-        status, resp = self.gw.post("/v1/chat/completions", body)
-        self.assertEqual(status, 200, resp)
-        return resp["choices"][0]
+        return self.completion(body)
 
     def check_calls(self, calls, names):
         self.assertEqual([c["function"]["name"] for c in calls][:len(names)], names)

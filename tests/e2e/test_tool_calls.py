@@ -35,10 +35,7 @@ def error_message(body):
 class UnknownParameters(GatewayTestCase):
     gateway_model = MODEL
 
-    def chat(self, **extra):
-        body = {"model": "stories260K", "messages": MESSAGES, "max_tokens": 2}
-        body.update(extra)
-        return self.gw.post("/v1/chat/completions", body)
+    chat_body = {"model": "stories260K", "messages": MESSAGES, "max_tokens": 2}
 
     def test_unknown_member_gets_openais_400(self):
         status, body = self.chat(foo=1)
@@ -105,14 +102,7 @@ class ReplayCase(ModelCopyTestCase):
     def ask(self, stream=False, **extra):
         body = {"model": self.model_id, "messages": MESSAGES, "tools": TOOLS, "logprobs": True, "top_logprobs": 1}
         body.update(extra)
-        if stream:
-            status, chunks, done = self.gw.stream("/v1/chat/completions", dict(body, stream=True))
-            self.assertEqual(status, 200, chunks)
-            self.assertTrue(done)
-            return chunks
-        status, resp = self.gw.post("/v1/chat/completions", body)
-        self.assertEqual(status, 200, resp)
-        return resp["choices"][0]
+        return self.completion(dict(body, stream=True) if stream else body)
 
     def check_spelled(self, choice):
         """Every logprob list of a whole response spells the text it covers."""

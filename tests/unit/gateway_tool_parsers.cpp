@@ -50,6 +50,13 @@ void check_all_content(Make make, std::initializer_list<std::string> texts) {
     }
 }
 
+// `p` holds exactly one call, with these arguments, and this content around it.
+void check_one_call(const Parsed& p, const std::string& arguments, const std::string& content) {
+    REQUIRE(p.calls.size() == 1);
+    CHECK(p.calls[0].arguments == arguments);
+    CHECK(p.content == content);
+}
+
 }  // namespace
 
 TEST_CASE("templates are detected as their tool-call families") {
@@ -102,9 +109,7 @@ TEST_CASE("hermes: Qwen2.5 content before a call") {
 TEST_CASE("hermes: content after calls, and malformed calls stay content") {
     auto mk = maker(tools_of(ToolFamily::Hermes));
     Parsed p = parse_all_ways(mk, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\n\nDone.");
-    REQUIRE(p.calls.size() == 1);
-    CHECK(p.calls[0].arguments == "{}");
-    CHECK(p.content == "Done.");
+    check_one_call(p, "{}", "Done.");
     // Not JSON, no name, a number for a name, arguments that are not an object, cut
     // before the commit: all content, markers included.
     check_all_content(mk, {"A <tool_call>not json</tool_call> B", "<tool_call>{\"arguments\": {\"a\": 1}}</tool_call>",
@@ -115,10 +120,8 @@ TEST_CASE("hermes: content after calls, and malformed calls stay content") {
     // A failed call, then a good one: the first stays content.
     p = parse_all_ways(
         mk, "<tool_call>oops</tool_call><tool_call>{\"name\": \"g\", \"arguments\": {\"x\": [1, 2]}}</tool_call>");
-    REQUIRE(p.calls.size() == 1);
+    check_one_call(p, "{\"x\": [1, 2]}", "<tool_call>oops</tool_call>");
     CHECK(p.calls[0].name == "g");
-    CHECK(p.calls[0].arguments == "{\"x\": [1, 2]}");
-    CHECK(p.content == "<tool_call>oops</tool_call>");
     // Arguments before the name; other members are envelope.
     p = parse_all_ways(mk, "<tool_call>{\"arguments\": {\"q\": \"}\"}, \"id\": 7, \"name\": \"search\"}</tool_call>");
     REQUIRE(p.calls.size() == 1);
@@ -129,14 +132,10 @@ TEST_CASE("hermes: content after calls, and malformed calls stay content") {
 TEST_CASE("hermes: after the commit, broken JSON runs to the end marker as arguments") {
     auto mk = maker(tools_of(ToolFamily::Hermes));
     Parsed p = parse_all_ways(mk, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": tru}}</tool_call> ok");
-    REQUIRE(p.calls.size() == 1);
-    CHECK(p.calls[0].arguments == "{\"a\": tru}}");
-    CHECK(p.content == "ok");
+    check_one_call(p, "{\"a\": tru}}", "ok");
     // Cut by max_tokens inside the arguments: the call stands, arguments cut.
     p = parse_all_ways(mk, "Sure.<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1, 2");
-    REQUIRE(p.calls.size() == 1);
-    CHECK(p.calls[0].arguments == "{\"a\": [1, 2");
-    CHECK(p.content == "Sure.");
+    check_one_call(p, "{\"a\": [1, 2", "Sure.");
 }
 
 TEST_CASE("hermes: a text that may still become the start marker is held back") {
@@ -260,9 +259,7 @@ TEST_CASE("deepseek: V3.1 and R1 forms") {
     check_two_calls(p, false);
     p = parse_all_ways(maker(tools_of(ToolFamily::DeepSeek)),
                        "<｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"a\" 1}<｜tool▁call▁end｜>after");
-    REQUIRE(p.calls.size() == 1);
-    CHECK(p.calls[0].arguments == "{\"a\" 1}");
-    CHECK(p.content == "after");
+    check_one_call(p, "{\"a\" 1}", "after");
     check_all_content(maker(tools_of(ToolFamily::DeepSeek)), {"<｜tool▁calls▁begin｜>garbage"});
 }
 

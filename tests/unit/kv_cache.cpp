@@ -19,6 +19,15 @@ std::vector<int32_t> ids(int n, int base = 100) {
     return v;
 }
 
+// A table that holds all of `toks` as computed: reserved, then committed, as after a prefill.
+BlockTable prefilled(KvCache& kv, const std::vector<int32_t>& toks) {
+    const auto n = static_cast<int64_t>(toks.size());
+    BlockTable t;
+    REQUIRE(kv.reserve(t, n));
+    kv.commit(t, toks, n);
+    return t;
+}
+
 }  // namespace
 
 TEST_CASE("blocks are handed out fresh in order, then reused after release") {
@@ -63,9 +72,7 @@ TEST_CASE("reserve is all or nothing") {
 TEST_CASE("a committed prefix is found again, whole blocks only, up to the limit") {
     KvCache kv(16, 4);
     const auto toks = ids(14);
-    BlockTable a;
-    REQUIRE(kv.reserve(a, 14));
-    kv.commit(a, toks, 14);  // blocks 0..2 full; block 3 holds 2 positions
+    BlockTable a = prefilled(kv, toks);  // blocks 0..2 full; block 3 holds 2 positions
     CHECK(a.n_hashed == 3);
     CHECK(kv.stats().cached_blocks == 3);
     const auto first3 = std::vector<int32_t>(a.blocks.begin(), a.blocks.begin() + 3);
@@ -98,9 +105,7 @@ TEST_CASE("a committed prefix is found again, whole blocks only, up to the limit
 TEST_CASE("a hit on an unreferenced cached block takes it off the free list") {
     KvCache kv(3, 2);
     const auto toks = ids(6);
-    BlockTable a;
-    REQUIRE(kv.reserve(a, 6));
-    kv.commit(a, toks, 6);
+    BlockTable a = prefilled(kv, toks);
     kv.release(a);
     CHECK(kv.free_blocks() == 3);
     BlockTable b;

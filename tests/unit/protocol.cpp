@@ -6,6 +6,8 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "protocol/protocol.hpp"
 
@@ -133,23 +135,29 @@ TEST_CASE("unknown keys are skipped; defaults apply") {
 }
 
 TEST_CASE("malformed lines give errors that name the problem and the id") {
-    CHECK(gateway_error("").message == "empty line");
-    CHECK(gateway_error("FOO r1").message == "unknown command 'FOO'");
-    CHECK(gateway_error("GEN r1").message == "GEN needs a non-empty prompt=<ids>");
+    const std::pair<std::string, std::string> line_message[] = {
+        {"", "empty line"},
+        {"FOO r1", "unknown command 'FOO'"},
+        {"GEN r1", "GEN needs a non-empty prompt=<ids>"},
+        {"GEN r1 prompt=", "GEN needs a non-empty prompt=<ids>"},
+        {"GEN r1 prompt=1,x", "prompt: 'x' is not an integer in range"},
+        {"GEN r1 prompt=1,-2", "prompt: token id -2 is negative"},
+        {"GEN r1 prompt=1 logprobs=21", "logprobs must be in 0..20"},
+        {"GEN r1 prompt=1 temperature=nan", "temperature: 'nan' is not finite"},
+        {"GEN r1 prompt=1 top_p=0", "top_p must be in (0, 1]"},
+        {"GEN r1 prompt=1 prompt=2", "duplicate key 'prompt'"},
+        {"GEN r1 prompt=1 oops", "field 'oops' is not key=value"},
+        {"GEN r1 prompt=1 max_tokens=99999999999999999999",
+         "max_tokens: '99999999999999999999' is not an integer in range"},
+        {"CANCEL r1 extra", "CANCEL takes only an id"},
+    };
+    for (const auto& [line, message] : line_message) {
+        CAPTURE(line);
+        CHECK(gateway_error(line).message == message);
+    }
     CHECK(gateway_error("GEN r1").id == "r1");
-    CHECK(gateway_error("GEN r1 prompt=").message == "GEN needs a non-empty prompt=<ids>");
-    CHECK(gateway_error("GEN r1 prompt=1,x").message == "prompt: 'x' is not an integer in range");
-    CHECK(gateway_error("GEN r1 prompt=1,-2").message == "prompt: token id -2 is negative");
-    CHECK(gateway_error("GEN r1 prompt=1 logprobs=21").message == "logprobs must be in 0..20");
-    CHECK(gateway_error("GEN r1 prompt=1 temperature=nan").message == "temperature: 'nan' is not finite");
-    CHECK(gateway_error("GEN r1 prompt=1 top_p=0").message == "top_p must be in (0, 1]");
-    CHECK(gateway_error("GEN r1 prompt=1 prompt=2").message == "duplicate key 'prompt'");
-    CHECK(gateway_error("GEN r1 prompt=1 oops").message == "field 'oops' is not key=value");
-    CHECK(gateway_error("GEN r1 prompt=1 max_tokens=99999999999999999999").message ==
-          "max_tokens: '99999999999999999999' is not an integer in range");
     CHECK(gateway_error("GEN bad/id prompt=1").id == "-");
     CHECK(gateway_error("GEN " + std::string(65, 'a') + " prompt=1").message.find("invalid request id") == 0);
-    CHECK(gateway_error("CANCEL r1 extra").message == "CANCEL takes only an id");
     auto bad_lp = parse_engine_line("LP r1 nan");
     REQUIRE(std::holds_alternative<ParseError>(bad_lp));
     CHECK(std::get<ParseError>(bad_lp).id == "r1");

@@ -74,6 +74,13 @@ struct Parsed {
     std::vector<Call> calls;
 };
 
+/// The call a Name or Arguments span belongs to; REQUIREs that its CallStart came first.
+inline Parsed::Call& started_call(Parsed& p, const gateway::Span& s) {
+    REQUIRE(s.call >= 0);
+    REQUIRE(s.call < static_cast<int>(p.calls.size()));
+    return p.calls[static_cast<size_t>(s.call)];
+}
+
 inline Parsed collect(const std::string& text, const std::vector<gateway::Span>& spans) {
     using gateway::Part;
     Parsed p;
@@ -97,15 +104,11 @@ inline Parsed collect(const std::string& text, const std::vector<gateway::Span>&
                 label = 'r';
                 break;
             case Part::Name:
-                REQUIRE(s.call >= 0);
-                REQUIRE(s.call < static_cast<int>(p.calls.size()));
-                p.calls[static_cast<size_t>(s.call)].name_text += piece;
+                started_call(p, s).name_text += piece;
                 label = 'n';
                 break;
             case Part::Arguments:
-                REQUIRE(s.call >= 0);
-                REQUIRE(s.call < static_cast<int>(p.calls.size()));
-                p.calls[static_cast<size_t>(s.call)].arguments += piece;
+                started_call(p, s).arguments += piece;
                 label = 'a';
                 break;
             default: break;
