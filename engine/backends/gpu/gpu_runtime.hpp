@@ -44,81 +44,56 @@
 #endif
 
 // ---- host API names ---------------------------------------------------------------------
+// The HIP runtime API mirrors the CUDA one name for name (hipMalloc for cudaMalloc, ...), so one
+// table maps each gpu* name to LOOM_GPU_RT(Name), the vendor prefix pasted onto the common
+// suffix; only the calls whose names or arguments differ are spelled per vendor.
+#if defined(LOOM_GPU_HIP) || defined(LOOM_GPU_CUDA)
 #if defined(LOOM_GPU_HIP)
-using gpuError_t = hipError_t;
-using gpuStream_t = hipStream_t;
-using gpuEvent_t = hipEvent_t;
-using gpuGraph_t = hipGraph_t;
-using gpuGraphExec_t = hipGraphExec_t;
-#define gpuSuccess hipSuccess
-#define gpuMalloc hipMalloc
-#define gpuFree hipFree
+#define LOOM_GPU_RT(name) hip##name
 #define gpuMallocHost hipHostMalloc
 #define gpuFreeHost hipHostFree
-#define gpuMemcpy hipMemcpy
-#define gpuMemcpyAsync hipMemcpyAsync
-#define gpuMemsetAsync hipMemsetAsync
-#define gpuMemcpyHostToDevice hipMemcpyHostToDevice
-#define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
-#define gpuMemcpyDeviceToDevice hipMemcpyDeviceToDevice
-#define gpuStreamCreate hipStreamCreate
-#define gpuStreamDestroy hipStreamDestroy
-#define gpuStreamSynchronize hipStreamSynchronize
-#define gpuEventCreate hipEventCreate
-#define gpuEventDestroy hipEventDestroy
-#define gpuEventRecord hipEventRecord
-#define gpuEventSynchronize hipEventSynchronize
-#define gpuEventElapsedTime hipEventElapsedTime
-#define gpuGetLastError hipGetLastError
-#define gpuGetErrorString hipGetErrorString
-#define gpuDeviceSynchronize hipDeviceSynchronize
-#define gpuMemGetInfo hipMemGetInfo
-#define gpuStreamBeginCapture(s) hipStreamBeginCapture(s, hipStreamCaptureModeThreadLocal)
-#define gpuStreamEndCapture hipStreamEndCapture
 #define gpuGraphInstantiate(e, g) hipGraphInstantiate(e, g, nullptr, nullptr, 0)
-#define gpuGraphLaunch hipGraphLaunch
-#define gpuGraphDestroy hipGraphDestroy
-#define gpuGraphExecDestroy hipGraphExecDestroy
 #define gpuFuncSetMaxDynamicSmem(f, bytes) \
     hipFuncSetAttribute(reinterpret_cast<const void*>(f), hipFuncAttributeMaxDynamicSharedMemorySize, bytes)
-#define LOOM_GPU_HAS_GRAPHS 1
-#elif defined(LOOM_GPU_CUDA)
-using gpuError_t = cudaError_t;
-using gpuStream_t = cudaStream_t;
-using gpuEvent_t = cudaEvent_t;
-using gpuGraph_t = cudaGraph_t;
-using gpuGraphExec_t = cudaGraphExec_t;
-#define gpuSuccess cudaSuccess
-#define gpuMalloc cudaMalloc
-#define gpuFree cudaFree
+#else
+#define LOOM_GPU_RT(name) cuda##name
 #define gpuMallocHost cudaMallocHost
 #define gpuFreeHost cudaFreeHost
-#define gpuMemcpy cudaMemcpy
-#define gpuMemcpyAsync cudaMemcpyAsync
-#define gpuMemsetAsync cudaMemsetAsync
-#define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
-#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
-#define gpuMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
-#define gpuStreamCreate cudaStreamCreate
-#define gpuStreamDestroy cudaStreamDestroy
-#define gpuStreamSynchronize cudaStreamSynchronize
-#define gpuEventCreate cudaEventCreate
-#define gpuEventDestroy cudaEventDestroy
-#define gpuEventRecord cudaEventRecord
-#define gpuEventSynchronize cudaEventSynchronize
-#define gpuEventElapsedTime cudaEventElapsedTime
-#define gpuGetLastError cudaGetLastError
-#define gpuGetErrorString cudaGetErrorString
-#define gpuDeviceSynchronize cudaDeviceSynchronize
-#define gpuMemGetInfo cudaMemGetInfo
-#define gpuStreamBeginCapture(s) cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal)
-#define gpuStreamEndCapture cudaStreamEndCapture
 #define gpuGraphInstantiate(e, g) cudaGraphInstantiate(e, g, 0)
-#define gpuGraphLaunch cudaGraphLaunch
-#define gpuGraphDestroy cudaGraphDestroy
-#define gpuGraphExecDestroy cudaGraphExecDestroy
 #define gpuFuncSetMaxDynamicSmem(f, bytes) \
     cudaFuncSetAttribute(reinterpret_cast<const void*>(f), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)
+#endif
+using gpuError_t = LOOM_GPU_RT(Error_t);
+using gpuStream_t = LOOM_GPU_RT(Stream_t);
+using gpuEvent_t = LOOM_GPU_RT(Event_t);
+using gpuGraph_t = LOOM_GPU_RT(Graph_t);
+using gpuGraphExec_t = LOOM_GPU_RT(GraphExec_t);
+#define gpuSuccess LOOM_GPU_RT(Success)
+#define gpuMalloc LOOM_GPU_RT(Malloc)
+#define gpuFree LOOM_GPU_RT(Free)
+#define gpuMemcpy LOOM_GPU_RT(Memcpy)
+#define gpuMemcpyAsync LOOM_GPU_RT(MemcpyAsync)
+#define gpuMemsetAsync LOOM_GPU_RT(MemsetAsync)
+#define gpuMemcpyHostToDevice LOOM_GPU_RT(MemcpyHostToDevice)
+#define gpuMemcpyDeviceToHost LOOM_GPU_RT(MemcpyDeviceToHost)
+#define gpuMemcpyDeviceToDevice LOOM_GPU_RT(MemcpyDeviceToDevice)
+#define gpuStreamCreate LOOM_GPU_RT(StreamCreate)
+#define gpuStreamDestroy LOOM_GPU_RT(StreamDestroy)
+#define gpuStreamSynchronize LOOM_GPU_RT(StreamSynchronize)
+#define gpuEventCreate LOOM_GPU_RT(EventCreate)
+#define gpuEventDestroy LOOM_GPU_RT(EventDestroy)
+#define gpuEventRecord LOOM_GPU_RT(EventRecord)
+#define gpuEventSynchronize LOOM_GPU_RT(EventSynchronize)
+#define gpuEventElapsedTime LOOM_GPU_RT(EventElapsedTime)
+#define gpuGetLastError LOOM_GPU_RT(GetLastError)
+#define gpuGetErrorString LOOM_GPU_RT(GetErrorString)
+#define gpuDeviceSynchronize LOOM_GPU_RT(DeviceSynchronize)
+#define gpuMemGetInfo LOOM_GPU_RT(MemGetInfo)
+#define gpuStreamBeginCapture(s) LOOM_GPU_RT(StreamBeginCapture)(s, LOOM_GPU_RT(StreamCaptureModeThreadLocal))
+#define gpuStreamEndCapture LOOM_GPU_RT(StreamEndCapture)
+#define gpuGraphLaunch LOOM_GPU_RT(GraphLaunch)
+#define gpuGraphDestroy LOOM_GPU_RT(GraphDestroy)
+#define gpuGraphExecDestroy LOOM_GPU_RT(GraphExecDestroy)
 #define LOOM_GPU_HAS_GRAPHS 1
 #else
 #define LOOM_GPU_HAS_GRAPHS 0
@@ -219,26 +194,36 @@ LOOM_DEV uint16_t f2h(float f) {
 /// bfloat16 bits -> float (the high half of the float's bits).
 LOOM_DEV float bf2f(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
 
-/// Sum of v over the warp, in every lane.
-LOOM_DEV float warp_sum(float v) {
+/// a + b: the sum reductions' operator (float or double).
+struct AddOp {
+    template <class T>
+    LOOM_DEV T operator()(T a, T b) const {
+        return a + b;
+    }
+};
+
+/// fmaxf(a, b): the maximum reductions' operator (a NaN operand is ignored, as fmaxf does).
+struct MaxOp {
+    LOOM_DEV float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+/// op over v of every lane of the warp (butterfly: masks kWarp/2 down to 1), in every lane; all
+/// lanes of the warp must call it. Every lane combines the same values in the same order.
+template <class T, class Op>
+LOOM_DEV T warp_reduce(T v, Op op) {
 #pragma unroll
-    for (int m = kWarp / 2; m > 0; m >>= 1) v += shfl_xor(v, m);
+    for (int m = kWarp / 2; m > 0; m >>= 1) v = op(v, shfl_xor(v, m));
     return v;
 }
+
+/// Sum of v over the warp, in every lane.
+LOOM_DEV float warp_sum(float v) { return warp_reduce(v, AddOp{}); }
 
 /// Sum of v over the warp in double, in every lane.
-LOOM_DEV double warp_sum_d(double v) {
-#pragma unroll
-    for (int m = kWarp / 2; m > 0; m >>= 1) v += shfl_xor(v, m);
-    return v;
-}
+LOOM_DEV double warp_sum_d(double v) { return warp_reduce(v, AddOp{}); }
 
 /// Maximum of v over the warp, in every lane.
-LOOM_DEV float warp_max(float v) {
-#pragma unroll
-    for (int m = kWarp / 2; m > 0; m >>= 1) v = fmaxf(v, shfl_xor(v, m));
-    return v;
-}
+LOOM_DEV float warp_max(float v) { return warp_reduce(v, MaxOp{}); }
 
 /// 16-byte load (p must be 16-byte aligned).
 LOOM_DEV uint4 ld16(const void* p) { return *reinterpret_cast<const uint4*>(p); }

@@ -25,45 +25,32 @@ LOOM_DEV int64_t kv_off(const PagedKv& kv, int layer, int32_t table, int pos, in
     return kv.layout.offset_at(layer, kv.tables + table, pos, v);
 }
 
-// Maximum over the block (blockDim.x a multiple of the warp); every thread gets it, and sh
-// (blockDim.x / kWarp entries) may be reused at once.
-LOOM_DEV float block_max(float v, float* sh) {
+// op over v of every thread of the block (blockDim.x a multiple of the warp): each warp
+// reduces its lanes (warp_reduce), then every thread folds the warp results into `init` in warp
+// order, so every thread gets the same value and the order never depends on timing. sh holds
+// blockDim.x / kWarp entries; it may have been read just before the call and may be reused at
+// once after it (barriers before the write and after the fold).
+template <class T, class Op>
+LOOM_DEV T block_reduce(T v, T* sh, T init, Op op) {
     const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
     const int nw = static_cast<int>(blockDim.x) / kWarp;
-    v = warp_max(v);
+    v = warp_reduce(v, op);
+    __syncthreads();
     if (lane == 0) sh[warp] = v;
     __syncthreads();
-    float r = -INFINITY;
-    for (int w = 0; w < nw; ++w) r = fmaxf(r, sh[w]);
+    T r = init;
+    for (int w = 0; w < nw; ++w) r = op(r, sh[w]);
     __syncthreads();
     return r;
 }
 
-// Sum over the block (blockDim.x a multiple of the warp) in float, warps added in order; every
-// thread gets it.
-LOOM_DEV float block_sum_f(float v, float* sh) {
-    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
-    const int nw = static_cast<int>(blockDim.x) / kWarp;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    float t = 0;
-    for (int w = 0; w < nw; ++w) t += sh[w];
-    return t;
-}
+// Maximum over the block (fmaxf; -inf when every v is -inf or NaN); every thread gets it.
+LOOM_DEV float block_max(float v, float* sh) { return block_reduce(v, sh, kNegInf, MaxOp{}); }
 
-// Sum over the block (blockDim.x a multiple of the warp) in double; every thread gets it.
-LOOM_DEV double block_sum_d(double v, double* sh) {
-    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
-    const int nw = static_cast<int>(blockDim.x) / kWarp;
-    v = warp_sum_d(v);
-    __syncthreads();
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    double t = 0;
-    for (int w = 0; w < nw; ++w) t += sh[w];
-    return t;
+// Sum over the block in T (float or double), warps added in order; every thread gets it.
+template <class T>
+LOOM_DEV T block_sum(T v, T* sh) {
+    return block_reduce(v, sh, T(0), AddOp{});
 }
 
 }  // namespace

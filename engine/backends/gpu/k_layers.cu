@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
     for (int k = 0; k < 8; ++k) ss += static_cast<double>(v[k]) * v[k];
     for (int i = t + 8 * nt; i < n; i += nt) ss += static_cast<double>(xr[i]) * xr[i];
-    ss = block_sum_d(ss, sh);
+    ss = block_sum(ss, sh);
     const float scale = static_cast<float>(1.0 / sqrt(ss / n + static_cast<double>(eps)));
     float* yr = y + blockIdx.x * ldy;
 #pragma unroll

@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(kAttnT) attn_softmax_kernel(const float* S, ui
     mx = block_max(mx, red);
     float sum = 0.0f;
     for (int j = tid; j < valid; j += kAttnT) sum += expf(s[j] - mx);
-    sum = block_sum_f(sum, red);
+    sum = block_sum(sum, red);
     const float inv = 1.0f / sum;
     for (int j = tid; j < n_keys; j += kAttnT) {
         const float x = j < valid ? expf(s[j] - mx) * inv : 0.0f;

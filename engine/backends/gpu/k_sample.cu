@@ -230,6 +230,23 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits_all, in
     if (t == 0) sc->pivot = pivot;
 }
 
+// The k best (better()) of the block's candidates, kPer a thread in (vals[j], ids[j]) with id < 0
+// for none, best first into out[0..k) (thread 0 writes); each round takes the best candidate
+// after the previous round's pick, so ties and order are those of the reference sampler.
+LOOM_DEV void block_top_k(const float (&vals)[kPer], const int (&ids)[kPer], int k, Cand* out, Cand* shc) {
+    Cand prev{0.0f, -1};
+    for (int n = 0; n < k; ++n) {
+        Cand mine{0.0f, -1};
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+            const Cand x{vals[j], ids[j]};
+            if ((prev.id < 0 || better(prev, x)) && better(x, mine)) mine = x;
+        }
+        prev = block_best(mine, shc);
+        if (threadIdx.x == 0) out[n] = prev;
+    }
+}
+
 // Per-block statistics over kChunk candidates: raw max/sum and top-K, processed top-K, and the
 // kept set's max/sum and last member. Block (b, r) covers candidates b * kChunk.. of row r;
 // blocks past the row's candidates return at once.
@@ -288,31 +305,9 @@ __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, in
             if (ids[j] >= 0) s += exp(static_cast<double>(raw[j]) - m);
         s = block_sum(s, shd);
         if (t == 0) P.raw_m = m, P.raw_s = s;
-        Cand prev{0.0f, -1};
-        for (int k = 0; k < c.k_raw; ++k) {
-            Cand mine{0.0f, -1};
-#pragma unroll
-            for (int j = 0; j < kPer; ++j) {
-                const Cand x{raw[j], ids[j]};
-                if ((prev.id < 0 || better(prev, x)) && better(x, mine)) mine = x;
-            }
-            prev = block_best(mine, shc);
-            if (t == 0) P.raw[k] = prev;
-        }
+        block_top_k(raw, ids, c.k_raw, P.raw, shc);
     }
-    {
-        Cand prev{0.0f, -1};
-        for (int k = 0; k < c.k_proc; ++k) {
-            Cand mine{0.0f, -1};
-#pragma unroll
-            for (int j = 0; j < kPer; ++j) {
-                const Cand x{pv[j], ids[j]};
-                if ((prev.id < 0 || better(prev, x)) && better(x, mine)) mine = x;
-            }
-            prev = block_best(mine, shc);
-            if (t == 0) P.proc[k] = prev;
-        }
-    }
+    block_top_k(pv, ids, c.k_proc, P.proc, shc);
     if (!c.greedy || c.processed_lp) {
         float m = -INFINITY;
         int last = -1;

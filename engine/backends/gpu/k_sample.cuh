@@ -1,6 +1,6 @@
 // Block-wide reductions of the device sampler and prompt scoring (k_sample.cu, k_score.cu):
 // (value, id) candidates ordered by value descending, ties by lower id (engine/sampler.cpp's
-// order), the best of a block, and block double sums (block maxima: k_common.cuh). Blocks have kST threads.
+// order), and the best of a block (block maxima and sums: k_common.cuh). Blocks have kST threads.
 #pragma once
 
 #include <cmath>
@@ -56,18 +56,6 @@ LOOM_DEV Cand block_best(Cand c, Cand* sh) {
     }
     __syncthreads();
     const Cand r = sh[nw];
-    __syncthreads();
-    return r;
-}
-
-LOOM_DEV double block_sum(double v, double* sh) {
-    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
-    const int nw = static_cast<int>(blockDim.x) / kWarp;
-    v = warp_sum_d(v);
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    double r = 0;
-    for (int w = 0; w < nw; ++w) r += sh[w];
     __syncthreads();
     return r;
 }

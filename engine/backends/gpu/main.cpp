@@ -1,8 +1,10 @@
 // loom-engine-cuda / loom-engine-hip / loom-engine-gpuemu: serves the loom engine protocol
 // (docs/protocol.md) on stdin/stdout with the GPU backend; parses the GPU options (GpuOptions).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <iterator>
 #include <string>
 
 #include "engine/backends/gpu/gpu_backend.hpp"
@@ -82,11 +84,31 @@ int main(int argc, char** argv) {
     std::string model;
     bool stats = false;
     loom::gpu::GpuOptions opts;
+    // The options that take no value: each sets one flag to a fixed value.
+    const struct {
+        const char* name;
+        bool* flag;
+        bool value;
+    } switches[] = {
+        {"--kv-f32", &opts.kv_f32, true},
+        {"--kv-f16", &opts.kv_f32, false},
+        {"--batch-invariant", &opts.batch_invariant, true},
+        {"--stats", &stats, true},
+        {"--no-graphs", &opts.graphs, false},
+        {"--no-fuse-rope", &opts.fuse_rope, false},
+        {"--own-gemm", &opts.own_gemm, true},
+    };
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i], v;
         const auto eq = a.find('=');
         const bool has_eq = a.rfind("--", 0) == 0 && eq != std::string::npos;
         if (has_eq) v = a.substr(eq + 1), a = a.substr(0, eq);
+        const auto sw =
+            std::find_if(std::begin(switches), std::end(switches), [&](const auto& s) { return a == s.name; });
+        if (sw != std::end(switches)) {
+            *sw->flag = sw->value;
+            continue;
+        }
         auto value = [&]() -> std::string {
             if (has_eq) return v;
             if (i + 1 >= argc) usage_error(a + " needs a value");
@@ -116,22 +138,8 @@ int main(int argc, char** argv) {
             const std::string s = value();
             if (!parse_fraction(s, opts.kv_fraction))
                 usage_error("bad value '" + s + "' for --kv-fraction (0 < F <= 1)");
-        } else if (a == "--kv-f32") {
-            opts.kv_f32 = true;
-        } else if (a == "--kv-f16") {
-            opts.kv_f32 = false;
-        } else if (a == "--batch-invariant") {
-            opts.batch_invariant = true;
-        } else if (a == "--stats") {
-            stats = true;
         } else if (a == "-t" || a == "--threads") {
             (void)number(kMaxInt);
-        } else if (a == "--no-graphs") {
-            opts.graphs = false;
-        } else if (a == "--no-fuse-rope") {
-            opts.fuse_rope = false;
-        } else if (a == "--own-gemm") {
-            opts.own_gemm = true;
         } else if (a == "--prefill-attn") {
             const std::string m = value();
             using PA = loom::gpu::GpuOptions::PrefillAttn;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 
 #ifndef LOOM_EMU_WARP
 #define LOOM_EMU_WARP 32
@@ -108,13 +109,12 @@ inline uint32_t __float_as_uint(float f) {
     std::memcpy(&u, &f, 4);
     return u;
 }
-inline int atomicAdd(int* p, int v) {
-    const int o = *p;
-    *p += v;
-    return o;
-}
-inline unsigned atomicAdd(unsigned* p, unsigned v) {
-    const unsigned o = *p;
+/// atomicAdd for int, unsigned, float and double (CUDA's overloads): adds v to *p and returns
+/// the old value. v is not deduced, so an int literal converts as it does for CUDA's overloads.
+/// Atomic because one block's fibers never run at the same time.
+template <class T>
+inline T atomicAdd(T* p, std::type_identity_t<T> v) {
+    const T o = *p;
     *p += v;
     return o;
 }
@@ -132,16 +132,6 @@ inline int atomicMax(int* p, int v) {
 inline int atomicMin(int* p, int v) {
     const int o = *p;
     if (v < o) *p = v;
-    return o;
-}
-inline float atomicAdd(float* p, float v) {
-    const float o = *p;
-    *p += v;
-    return o;
-}
-inline double atomicAdd(double* p, double v) {
-    const double o = *p;
-    *p += v;
     return o;
 }
 
