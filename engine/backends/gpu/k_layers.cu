@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(kCombT) attn_combine_kernel(const RowDesc* rd,
         if (s < kCombWeights) w[s] = e;
         l += base[s * stride + hd + 1] * e;
     }
-    const float inv = 1.0f / block_sum_f(l, sh_red);  // its barriers also publish w
+    const float inv = 1.0f / block_sum(l, sh_red);  // its barriers also publish w
     const int groups = kCombT / hd, g = t / hd, d = t % hd;
     if (g < groups) {
         float v = 0.0f;
