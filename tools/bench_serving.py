@@ -15,6 +15,12 @@ Scenarios (--scenarios, comma-separated; default all):
                the prefix cache (and the cached_tokens reported)
   context      TTFT and decode tokens/s of one request at each of --contexts (default 8K and
                30K) tokens of context (skipped, with a note, when the model's context is shorter)
+  grammar      the decode cost of a grammar: bursts of --grammar-concurrency (default 1,16)
+               requests without and with GEN's grammar= (--grammar KIND:SOURCE, default
+               `regex:[ -~]+`, printable ASCII, which never completes, so every request still
+               decodes --gen tokens under a real mask): tok/s and ITL p50 of both and their ratio.
+               Through the gateway only regex and choice kinds (guided_regex, guided_choice).
+               Not in the default list: --scenarios grammar
 
 Each concurrency row also gives the hardware ratio of its decode steps: the weight bytes
 (--weights-bytes, default the model file's size) read once per step over the ITL p50, as a share
@@ -29,6 +35,7 @@ table; --json writes them all to a file. --quick shrinks every size for a smoke 
 with a small model.
 """
 import argparse
+import base64
 import http.client
 import json
 import os
@@ -88,13 +95,16 @@ class EngineTarget:
                     r["cached"] = int(m.group(1)) if m else 0
                     r["event"].set()
 
-    def submit(self, prompt, gen, logprobs=None):
+    def submit(self, prompt, gen, logprobs=None, grammar=None):
+        """Sends one GEN; grammar: (kind, source text) for grammar= (docs/protocol.md, "Grammars")."""
         self.n += 1
         rid = "b%d" % self.n
         r = {"times": [], "event": threading.Event(), "end": None, "cached": 0}
         with self.lock:
             self.reqs[rid] = r
         extra = " logprobs=%d" % logprobs if logprobs is not None else ""
+        if grammar is not None:
+            extra += " grammar=%s:%s" % (grammar[0], base64.b64encode(grammar[1].encode()).decode())
         line = "GEN %s prompt=%s max_tokens=%d temperature=0 ignore_eos=1%s\n" % (
             rid, ",".join(map(str, prompt)), gen, extra)
         r["sent"] = time.perf_counter()
@@ -144,12 +154,20 @@ class GatewayTarget:
         c.close()
         self.hello = hello
 
-    def submit(self, prompt, gen, logprobs=None):
+    def submit(self, prompt, gen, logprobs=None, grammar=None):
+        """Streams one completion; grammar: (kind, source) as guided_regex or guided_choice."""
         r = {"times": [], "event": threading.Event(), "end": None, "cached": 0}
         body = {"model": self.model_id, "prompt": prompt, "max_tokens": gen, "temperature": 0, "ignore_eos": True,
                 "stream": True, "stream_options": {"include_usage": True}}
         if logprobs is not None:
             body["logprobs"] = logprobs
+        if grammar is not None:
+            if grammar[0] == "regex":
+                body["guided_regex"] = grammar[1]
+            elif grammar[0] == "choice":
+                body["guided_choice"] = json.loads(grammar[1])
+            else:
+                raise ValueError("grammar kind %s cannot go through the gateway" % grammar[0])
 
         def run():
             try:
@@ -281,6 +299,25 @@ class Bench:
                         decode_tok_s=round(dec, 1))
 
 
+    def grammar(self):
+        kind, _, source = self.a.grammar.partition(":")
+        if self.t.name == "gateway" and kind not in ("regex", "choice"):
+            self.report("grammar", skipped="kind %s is not sent through the gateway" % kind)
+            return
+        for c in self.a.grammar_concurrency:
+            sm = {}
+            for with_grammar in (False, True):
+                g = (kind, source) if with_grammar else None
+                reqs = [self.t.submit(self.prompt(self.a.prompt), self.a.gen, grammar=g) for _ in range(c)]
+                wait_all(reqs)
+                sm[with_grammar] = summarize(reqs)
+            plain, gram = sm[False], sm[True]
+            self.report("grammar", concurrency=c, grammar=self.a.grammar, prompt=self.a.prompt, gen=self.a.gen,
+                        tok_s=plain["tok_s"], grammar_tok_s=gram["tok_s"], grammar_tokens=gram["tokens"],
+                        itl_p50_ms=plain["itl_p50_ms"], grammar_itl_p50_ms=gram["itl_p50_ms"],
+                        tok_s_ratio=round(gram["tok_s"] / plain["tok_s"], 3) if plain["tok_s"] else None)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engine", required=True)
@@ -296,6 +333,8 @@ def main():
     ap.add_argument("--mixed-long", type=int, default=4)
     ap.add_argument("--mixed-gen", type=int, default=1024)
     ap.add_argument("--contexts", default="8192,30000", help="context sizes of the context scenario")
+    ap.add_argument("--grammar", default="regex:[ -~]+", help="KIND:SOURCE of the grammar scenario (source as text)")
+    ap.add_argument("--grammar-concurrency", default="1,16", help="burst sizes of the grammar scenario")
     ap.add_argument("--weights-bytes", type=float, help="bytes read per decode step (default: the model file's size)")
     ap.add_argument("--hbm-tbs", type=float, default=4.8, help="memory bandwidth the ratios are against, TB/s")
     ap.add_argument("--quick", action="store_true", help="small sizes: a CPU smoke run")
@@ -305,6 +344,7 @@ def main():
         a.prompt, a.gen, a.long, a.mixed_decoders, a.mixed_long, a.mixed_gen = 32, 16, 512, 8, 2, 200
     a.concurrency = [int(c) for c in a.concurrency.split(",")]
     a.contexts = [int(c) for c in a.contexts.split(",")]
+    a.grammar_concurrency = [int(c) for c in a.grammar_concurrency.split(",")]
     if a.weights_bytes is None:
         a.weights_bytes = float(os.path.getsize(a.model))
     scenarios = a.scenarios.split(",")

@@ -106,10 +106,15 @@ def tokens_and_logprobs(lines):
 @unittest.skipUnless(os.path.exists(EMU), "loom-engine-gpuemu not built (-DLOOM_GPU_EMU=OFF or not x86-64)")
 class GpuEmulator(unittest.TestCase):
     def test_device_sampler_matches_reference_sampler(self):
-        # Six slots per launch, two draws each (the second after the device's penalty update).
+        # Six slots per launch, two draws each (the second after the device's penalty update);
+        # two rows in three with a grammar mask, beside unmasked rows of the same launch.
         p = subprocess.run([SAMPLER, "36"], capture_output=True, text=True, timeout=900)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("0 disagree", p.stdout)
+        m = re.search(r"masked draws: (\d+) \(raw logprobs (\d+), processed logprobs (\d+), single token (\d+), "
+                      r"none allowed (\d+)\)", p.stdout)
+        self.assertTrue(m, p.stdout)
+        self.assertTrue(all(int(x) > 0 for x in m.groups()), p.stdout)  # every kind was checked
 
     def check(self, model, ref, tol, n_cases=3, args=()):
         with open(shared(ref)) as f:

@@ -19,7 +19,7 @@
 #include "engine/backends/cpu/thread_pool.hpp"
 #include "engine/kv_layout.hpp"
 #include "engine/llama_weights.hpp"
-#include "grammar/token_pieces.hpp"
+#include "engine/vocab_bytes.hpp"
 #include "model/gguf/vocab.hpp"
 #include "model/quant/quant.hpp"
 
@@ -103,7 +103,7 @@ public:
         info_.bos = vocab.bos;
         info_.eos = vocab.eos;
         info_.eog = vocab.eog;
-        info_.vocab_bytes = vocab_bytes(vocab, hp.n_vocab);
+        info_.vocab_bytes = engine::make_vocab_bytes(vocab, hp.n_vocab);
         kv_dim_ = int64_t{hp.n_head_kv} * hp.head_dim;
 
         const int64_t kv_tokens = opts.kv_tokens > 0 ? opts.kv_tokens : default_kv_tokens();
@@ -194,18 +194,6 @@ private:
         int32_t row;
         int32_t target;  // index into row's targets, or -1: sample
     };
-
-    // The bytes each token adds to the text, from the GGUF token texts (grammars need them).
-    static std::shared_ptr<const grammar::VocabBytes> vocab_bytes(const model::Vocab& vocab, int32_t n_vocab) {
-        std::vector<int32_t> types;
-        types.reserve(vocab.types.size());
-        for (model::TokenType t : vocab.types) types.push_back(static_cast<int32_t>(t));
-        if (!types.empty() && types.size() != vocab.tokens.size()) types.clear();
-        const auto spelling = vocab.kind == model::VocabKind::Bpe ? grammar::PieceSpelling::ByteLevel
-                                                                  : grammar::PieceSpelling::SentencePiece;
-        return std::make_shared<const grammar::VocabBytes>(
-            grammar::token_bytes_from_pieces(vocab.tokens, types, spelling), vocab.eog, n_vocab);
-    }
 
     int64_t default_kv_tokens() const {
         const auto& hp = w_.hp;

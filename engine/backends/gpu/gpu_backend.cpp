@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "engine/vocab_bytes.hpp"
 #include "model/gguf/vocab.hpp"
 
 namespace loom::gpu {
@@ -69,6 +70,7 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     info_.bos = vocab.bos;
     info_.eos = vocab.eos;
     info_.eog = vocab.eog;
+    info_.vocab_bytes = engine::make_vocab_bytes(vocab, hp.n_vocab);  // grammars: masks applied on the device
 
     LOOM_GPU_CHECK(gpuStreamCreate(&stream_));
     dm_ = std::make_unique<DeviceModel>(w_);
@@ -168,6 +170,8 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     stage(gather_, static_cast<size_t>(slots) + Rz);
     stage(sample_rows_, static_cast<size_t>(slots));
     stage(score_rows_, Rz);
+    mask_words_ = static_cast<size_t>(ceil_div(V_, 32));
+    stage(masks_, static_cast<size_t>(slots) * mask_words_);
     out_dev_ = alloc<SampleOut>(static_cast<size_t>(slots) + Rz);
     void* p = nullptr;
     LOOM_GPU_CHECK(gpuMallocHost(&p, sizeof(SampleOut) * (static_cast<size_t>(slots) + Rz)));
@@ -229,9 +233,10 @@ GpuBackend::~GpuBackend() {
     }
     for (auto& e : events_) (void)gpuEventDestroy(e.second);
     sampler_.reset();
-    for (void* h : {static_cast<void*>(rows_.host), static_cast<void*>(tables_.host), static_cast<void*>(tiles_.host),
-                    static_cast<void*>(gather_.host), static_cast<void*>(sample_rows_.host),
-                    static_cast<void*>(score_rows_.host), static_cast<void*>(out_host_)})
+    for (void* h :
+         {static_cast<void*>(rows_.host), static_cast<void*>(tables_.host), static_cast<void*>(tiles_.host),
+          static_cast<void*>(gather_.host), static_cast<void*>(sample_rows_.host), static_cast<void*>(score_rows_.host),
+          static_cast<void*>(masks_.host), static_cast<void*>(out_host_)})
         if (h) (void)gpuFreeHost(h);
     for (void* q : allocs_) (void)gpuFree(q);
     gemm_.reset();
@@ -284,6 +289,7 @@ void GpuBackend::validate(const engine::StepPlan& plan) const {
             if (r.blocks[static_cast<size_t>(i)] < 0 || r.blocks[static_cast<size_t>(i)] >= geom_.n_blocks)
                 bad(who + "block id " + std::to_string(r.blocks[static_cast<size_t>(i)]) + " out of range");
         if (r.prompt_k > kMaxTop) bad(who + "prompt_k above " + std::to_string(kMaxTop));
+        if (!r.mask.empty() && r.mask.size() < mask_words_) bad(who + "token mask shorter than the vocabulary");
         if (r.prompt_k >= 0) {
             const auto nt = static_cast<int64_t>(r.targets.size());
             if (nt != n && nt != n - 1)
@@ -320,6 +326,7 @@ void GpuBackend::build_rows(const engine::StepPlan& plan) {
     int32_t max_pos = 0;
     pure_decode_ = true;
     nblk_ = 1;
+    any_mask_ = false;
     for (size_t i : order) {
         const engine::StepRow& r = plan.rows[i];
         const auto n = static_cast<int32_t>(r.tokens.size());
@@ -349,7 +356,11 @@ void GpuBackend::build_rows(const engine::StepPlan& plan) {
         const auto k = static_cast<int32_t>(sample_rows_.n++);
         sample_at_[i] = k;
         gather_.host[gather_.n++] = flat_start_[i] + static_cast<int32_t>(r.tokens.size()) - 1;
-        sample_rows_.host[k] = SampleRow{r.slot, k, r.u};
+        // A masked row's words go to entry k of masks_ (packed by upload_masks, after the forward
+        // pass is enqueued); the pointer is known now.
+        const uint32_t* mask = r.mask.empty() ? nullptr : masks_.dev + static_cast<size_t>(k) * mask_words_;
+        any_mask_ = any_mask_ || mask != nullptr;
+        sample_rows_.host[k] = SampleRow{r.slot, k, r.u, mask};
         nblk_ = std::max(nblk_, sampler_->blocks(r.slot));
     }
     // Prompt-scored rows: logits row j % logit_rows_ of their group.
@@ -401,6 +412,9 @@ void GpuBackend::step(const engine::StepPlan& plan, engine::StepOutput& out) {
         }
         if (ns) logits(pure_decode_ ? nullptr : gather_.dev, ns);
     }
+    // The forward pass is enqueued and runs while the host packs the masks; their copy is
+    // ordered before the sampling launches on the stream. No mask this step: nothing runs.
+    if (any_mask_) upload_masks(plan);
     if (ns) {
         sampler_->sample(logits_, ld_v_, sample_rows_.dev, ns, nblk_, out_dev_);
         tick("sample");
@@ -410,6 +424,18 @@ void GpuBackend::step(const engine::StepPlan& plan, engine::StepOutput& out) {
                                       gpuMemcpyDeviceToHost, stream_));
     sync("step");
     finish(plan, out);
+}
+
+void GpuBackend::upload_masks(const engine::StepPlan& plan) {
+    masks_.n = 0;
+    for (size_t i = 0; i < plan.rows.size(); ++i) {
+        const engine::StepRow& r = plan.rows[i];
+        if (sample_at_[i] < 0 || r.mask.empty()) continue;
+        const auto k = static_cast<size_t>(sample_at_[i]);
+        std::copy_n(r.mask.begin(), mask_words_, masks_.host + k * mask_words_);
+        masks_.n = std::max(masks_.n, (k + 1) * mask_words_);
+    }
+    upload(masks_);  // one copy: entries 0..last masked row (unmasked entries in between unread)
 }
 
 void GpuBackend::finish(const engine::StepPlan& plan, engine::StepOutput& out) {
@@ -432,7 +458,9 @@ void GpuBackend::finish(const engine::StepPlan& plan, engine::StepOutput& out) {
         }
         if (sample_at_[i] >= 0) {
             const SampleOut& o = out_host_[static_cast<size_t>(sample_at_[i])];
-            if (o.nan) out.errors[i] = nan;
+            if (o.nan == kMaskEmpty)
+                out.errors[i] = "sampling failed: the grammar allows none of the request's candidate tokens";
+            else if (o.nan) out.errors[i] = nan;
             else out.sampled[i] = sampler_->result(r.slot, o);
         }
     }

@@ -91,6 +91,7 @@ private:
     void validate(const engine::StepPlan& plan) const;
     void build_rows(const engine::StepPlan& plan);
     void upload();
+    void upload_masks(const engine::StepPlan& plan);
     void finish(const engine::StepPlan& plan, engine::StepOutput& out);
     // ---- the forward pass (gpu_forward.cpp) ----
     void forward(int T);
@@ -178,6 +179,9 @@ private:
     Staged<int32_t> gather_;           // [max_slots + R] x rows of the sampled rows, then of the scored rows
     Staged<SampleRow> sample_rows_;    // [max_slots]
     Staged<ScoreRow> score_rows_;      // [R]
+    Staged<uint32_t> masks_;           // [max_slots][mask_words_] the sampled rows' grammar masks
+    size_t mask_words_ = 0;            // ceil(n_vocab / 32)
+    bool any_mask_ = false;            // some sampled row of this step has a mask
     template <class T>
     void stage(Staged<T>& s, size_t cap);
     template <class T>

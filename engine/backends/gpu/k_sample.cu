@@ -6,6 +6,10 @@
 // configuration and state are its slot's SampleCfg (kernels.hpp), and the processed logits are
 // computed where they are read, from the raw logits and the slot's bias and penalty state.
 //
+// A row with a grammar mask (SampleRow::mask) takes its raw logprobs over all its candidates and
+// everything else (filters, draw, processed logprobs) over the candidates the mask allows, as
+// sampler.cpp removes the masked ones after the raw logprobs; a row without one reads no mask.
+//
 // The kept set of the filters is a prefix of the candidates ordered by (value desc, id asc), so
 // it is described by its last member, the "pivot": with key = (order-preserving bits of the
 // value) << 32 | (2^32 - 1 - id), an element is kept when its key >= the pivot's. The pivot is
@@ -25,6 +29,7 @@ struct Partial {
     float raw_m, proc_m;
     double raw_s, proc_s;
     int32_t last_kept, nan;
+    int32_t n_in;  // candidates the mask allows (rows with a mask)
     Cand raw[kMaxTop];
     Cand proc[kMaxTop];
 };
@@ -47,6 +52,7 @@ struct RowView {
     const float* logits;
     Scratch* sc;
     Partial* part;
+    const uint32_t* mask;  // null: no grammar
 };
 
 LOOM_DEV RowView row_view(const float* logits, int64_t ld, const SampleCfg* cfgs, const SampleRow* rows, int r,
@@ -58,10 +64,16 @@ LOOM_DEV RowView row_view(const float* logits, int64_t ld, const SampleCfg* cfgs
     auto* base = static_cast<uint8_t*>(scratch) + static_cast<size_t>(r) * row_bytes;
     v.sc = reinterpret_cast<Scratch*>(base);
     v.part = reinterpret_cast<Partial*>(base + sizeof(Scratch));
+    v.mask = sr.mask;
     return v;
 }
 
 LOOM_DEV int cand_id(const SampleCfg& c, const int32_t* allowed, int i) { return c.has_allowed ? allowed[i] : i; }
+
+// Whether the row's grammar mask allows id (always, without a mask).
+LOOM_DEV bool in_mask(const uint32_t* mask, int id) {
+    return mask == nullptr || ((mask[id >> 5] >> (id & 31)) & 1u) != 0;
+}
 
 // The processed logit of id (sampler.cpp's order): logit bias (the entries of an id named more
 // than once in order), repetition penalty over prompt and output, frequency and presence
@@ -96,28 +108,40 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits_all, in
     __shared__ int hist[256];
     __shared__ double mass[256];
     __shared__ uint64_t s_prefix;
-    __shared__ int s_rank, s_ok;
+    __shared__ int s_rank, s_ok, s_in;
     __shared__ double s_cum;
     const RowView rv = row_view(logits_all, ld, cfgs, rows, static_cast<int>(blockIdx.y), scratch, row_bytes);
     const SampleCfg& c = rv.c;
     if (!c.filter) return;
     const float* logits = rv.logits;
     const int32_t* allowed = c.allowed;
+    const uint32_t* mask = rv.mask;
     Scratch* sc = rv.sc;
     const int n = c.n_cand, t = static_cast<int>(threadIdx.x);
 
+    if (t == 0) s_in = 0;
+    __syncthreads();
     Cand best{0.0f, -1};
+    int n_in = 0;
     for (int i = t; i < n; i += kST) {
         const int id = cand_id(c, allowed, i);
+        if (!in_mask(mask, id)) continue;
+        ++n_in;
         const Cand x{proc_val(c, logits, id), id};
         if (better(x, best)) best = x;
     }
-    best = block_best(best, shc);
+    if (n_in) atomicAdd(&s_in, n_in);
+    best = block_best(best, shc);  // its syncs publish s_in
+    if (best.id < 0) {             // the mask allows no candidate: stage 2 reports it
+        if (t == 0) sc->pivot = 0;
+        return;
+    }
+    const int n_kept_max = s_in;  // candidates the filters choose from (sampler.cpp: after the mask)
     const double m = best.v;
     uint64_t pivot = 0;
 
     // top-k: the element of rank top_k.
-    if (c.top_k > 0 && c.top_k < n) {
+    if (c.top_k > 0 && c.top_k < n_kept_max) {
         if (t == 0) s_prefix = 0, s_rank = c.top_k;
         __syncthreads();
         for (int shift = 56; shift >= 0; shift -= 8) {
@@ -126,6 +150,7 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits_all, in
             const uint64_t prefix = s_prefix;
             for (int i = t; i < n; i += kST) {
                 const int id = cand_id(c, allowed, i);
+                if (!in_mask(mask, id)) continue;
                 const uint64_t k = key_of(proc_val(c, logits, id), id);
                 if (shift == 56 || (k >> (shift + 8)) == (prefix >> (shift + 8)))
                     atomicAdd(&hist[(k >> shift) & 255u], 1);
@@ -149,6 +174,7 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits_all, in
     double tot = 0;
     for (int i = t; i < n; i += kST) {
         const int id = cand_id(c, allowed, i);
+        if (!in_mask(mask, id)) continue;
         const float v = proc_val(c, logits, id);
         if (key_of(v, id) >= pivot) tot += exp(static_cast<double>(v) - m);
     }
@@ -164,6 +190,7 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits_all, in
             const uint64_t prefix = s_prefix;
             for (int i = t; i < n; i += kST) {
                 const int id = cand_id(c, allowed, i);
+                if (!in_mask(mask, id)) continue;
                 const float v = proc_val(c, logits, id);
                 const uint64_t k = key_of(v, id);
                 if (k >= pivot && (shift == 56 || (k >> (shift + 8)) == (prefix >> (shift + 8))))
@@ -200,6 +227,7 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits_all, in
         Cand worst{0.0f, -1};  // the kept element with the smallest key meeting the cut
         for (int i = t; i < n; i += kST) {
             const int id = cand_id(c, allowed, i);
+            if (!in_mask(mask, id)) continue;
             const float v = proc_val(c, logits, id);
             if (key_of(v, id) >= pivot && static_cast<double>(v) - m >= cut) {
                 const Cand x{v, id};
@@ -255,7 +283,7 @@ __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, in
     __shared__ Cand shc[kST / 32 + 1];
     __shared__ float shf[kST / 32];
     __shared__ double shd[kST / 32];
-    __shared__ int s_nan;
+    __shared__ int s_nan, s_in;
     const RowView rv = row_view(logits_all, ld, cfgs, rows, static_cast<int>(blockIdx.y), scratch, row_bytes);
     const SampleCfg& c = rv.c;
     const int t = static_cast<int>(threadIdx.x), b = static_cast<int>(blockIdx.x);
@@ -266,7 +294,8 @@ __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, in
     Partial* part = rv.part;
     const bool filter = c.filter != 0;
     const uint64_t pivot = filter ? rv.sc->pivot : 0;
-    if (t == 0) s_nan = 0;
+    const uint32_t* mask = rv.mask;
+    if (t == 0) s_nan = 0, s_in = 0;
     __syncthreads();
     {
         const int per = (c.n_vocab + nblk - 1) / nblk;
@@ -276,22 +305,28 @@ __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, in
         if (nan) s_nan = 1;
     }
     float raw[kPer], pv[kPer];
-    int ids[kPer];
+    int ids[kPer], pids[kPer];  // the candidate ids (raw logprobs), those the mask allows (-1 else)
     bool kept[kPer];
+    int n_in = 0;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
         const int i = b * kChunk + t + kST * j;
-        ids[j] = -1;
+        ids[j] = pids[j] = -1;
         raw[j] = pv[j] = -INFINITY;
         kept[j] = false;
         if (i < c.n_cand) {
             const int id = cand_id(c, allowed, i);
             ids[j] = id;
             raw[j] = logits[id];
-            pv[j] = proc_val(c, logits, id);
-            kept[j] = !filter || key_of(pv[j], id) >= pivot;
+            if (in_mask(mask, id)) {
+                pids[j] = id;
+                ++n_in;
+                pv[j] = proc_val(c, logits, id);
+                kept[j] = !filter || key_of(pv[j], id) >= pivot;
+            }
         }
     }
+    if (mask && n_in) atomicAdd(&s_in, n_in);
     Partial& P = part[b];
     if (c.k_raw >= 0) {
         float m = -INFINITY;
@@ -307,7 +342,7 @@ __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, in
         if (t == 0) P.raw_m = m, P.raw_s = s;
         block_top_k(raw, ids, c.k_raw, P.raw, shc);
     }
-    block_top_k(pv, ids, c.k_proc, P.proc, shc);
+    block_top_k(pv, pids, c.k_proc, P.proc, shc);  // the ids the mask allows (-1 else)
     if (!c.greedy || c.processed_lp) {
         float m = -INFINITY;
         int last = -1;
@@ -328,7 +363,7 @@ __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, in
         if (t == 0) P.proc_m = m, P.proc_s = s, P.last_kept = s_last;
     }
     __syncthreads();
-    if (t == 0) P.nan = s_nan;
+    if (t == 0) P.nan = s_nan, P.n_in = s_in;
 }
 
 // This thread's best entry of the per-block top lists (entries t, t + kST, ...) that is
@@ -370,6 +405,15 @@ __global__ void __launch_bounds__(kST)
     if (nan) {
         if (t == 0) out->nan = 1, out->token = -1, out->n_top = 0;
         return;
+    }
+    const uint32_t* mask = rv.mask;
+    if (mask) {
+        int n_in = 0;
+        for (int i = 0; i < nblk; ++i) n_in += part[i].n_in;
+        if (n_in == 0) {
+            if (t == 0) out->nan = kMaskEmpty, out->token = -1, out->n_top = 0;
+            return;
+        }
     }
     // Kept-set totals (sampling and processed logprobs).
     double KM = -INFINITY, total = 0;
@@ -425,8 +469,10 @@ __global__ void __launch_bounds__(kST)
                 e[j] = -1;  // not a kept candidate
                 if (i < c.n_cand) {
                     const int id = cand_id(c, allowed, i);
-                    const float v = proc_val(c, logits, id);
-                    if (!filter || key_of(v, id) >= pivot) e[j] = exp(static_cast<double>(v) - KM);
+                    if (in_mask(mask, id)) {
+                        const float v = proc_val(c, logits, id);
+                        if (!filter || key_of(v, id) >= pivot) e[j] = exp(static_cast<double>(v) - KM);
+                    }
                 }
                 if (e[j] >= 0) ts += e[j];
             }
@@ -486,13 +532,14 @@ __global__ void __launch_bounds__(kST)
             const float v = proc_val(c, logits, token);
             const bool k = !filter || key_of(v, token) >= pivot;
             out->logprob = k ? static_cast<float>(v - lz) : -INFINITY;
-            for (int i = 0; i < kp; ++i) {
+            int nt = 0;  // fewer than kp when the mask allows fewer candidates
+            for (int i = 0; i < kp && top[i].id >= 0; ++i, ++nt) {
                 const Cand x = top[i];
                 const bool kx = !filter || key_of(x.v, x.id) >= pivot;
                 out->top_id[i] = x.id;
                 out->top_lp[i] = kx ? static_cast<float>(x.v - lz) : -INFINITY;
             }
-            out->n_top = kp;
+            out->n_top = nt;
         }
     } else if (c.k_raw >= 0) {
         float Mr = -INFINITY;

@@ -263,12 +263,18 @@ struct SampleCfg {
 };
 
 /// One row of a sampling launch: the slot (index into the SampleCfg array), the logits row it
-/// samples from and the uniform draw u in [0, 1).
+/// samples from, the uniform draw u in [0, 1) and the grammar's token mask of this draw.
 struct SampleRow {
     int32_t slot = 0;
     int32_t logits_row = 0;
     double u = 0;
+    /// Device words of the row's token mask (bit id % 32 of word id / 32 set = allowed,
+    /// ceil(n_vocab / 32) words; engine/sampler.hpp sample_logits), null: no grammar.
+    const uint32_t* mask = nullptr;
 };
+
+/// SampleOut::nan of a row whose token mask allows none of its candidates (no token drawn).
+constexpr int32_t kMaskEmpty = 2;
 
 /// One prompt-logprob row: the logits row, the scored token and the top-k (k <= 20) wanted.
 struct ScoreRow {
@@ -283,7 +289,7 @@ struct SampleOut {
     int32_t token = -1;
     float logprob = 0;
     int32_t n_top = 0;
-    int32_t nan = 0;
+    int32_t nan = 0;  ///< 1: NaN logits; kMaskEmpty: the mask left no candidate
     int32_t top_id[kMaxTop];
     float top_lp[kMaxTop];
 };
@@ -298,7 +304,9 @@ size_t sample_scratch_bytes(int n_vocab, int rows);
 /// rows[i].logits_row (leading dimension ld) with the configuration cfgs[rows[i].slot], into
 /// out[i]; its slot's penalty state then counts the sampled token. Slots of the rows are
 /// distinct; nblk = sample_blocks(largest n_cand of the rows); scratch has
-/// sample_scratch_bytes(n_vocab, n). Three launches whatever n, no host sync.
+/// sample_scratch_bytes(n_vocab, n). A row with rows[i].mask samples, and takes its processed
+/// logprobs, over the candidates the mask allows (its raw logprobs stay the model's); none
+/// allowed: out[i].nan = kMaskEmpty. Three launches whatever n, no host sync.
 void sample_rows(const float* logits, int64_t ld, int n_vocab, const SampleCfg* cfgs, const SampleRow* rows, int n,
                  int nblk, void* scratch, SampleOut* out, gpuStream_t s);
 
