@@ -184,7 +184,11 @@ class StructuredOutput(GatewayTestCase):
         else:  # an object may go on for ever; what there is must still be a valid prefix
             self.assertTrue(c["message"]["content"].startswith("{"))
         self.check_entries(c)
-        for seed in range(4):
+        self.check_choice_and_regex(range(4))
+
+    def check_choice_and_regex(self, seeds):
+        """guided_choice gives one of the choices, its tokens spelling it; guided_regex a full match."""
+        for seed in seeds:
             status, body = self.gw.post("/v1/completions", {
                 "model": "stories260K", "prompt": "Once upon a time", "max_tokens": 20, "seed": seed,
                 "guided_choice": ["cat", "dog", "a big red fox"], "logprobs": 5, "logprobs_mode": "processed"})

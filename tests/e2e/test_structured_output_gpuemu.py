@@ -81,21 +81,7 @@ class StructuredOutputOnGpuEmulator(so.StructuredOutput):
         self.assertGreater(small_lists, 10)  # the sums above were checked, many times
 
     def test_choice_and_regex(self):
-        for seed in range(2):
-            status, body = self.gw.post("/v1/completions", {
-                "model": "stories260K", "prompt": "Once upon a time", "max_tokens": 20, "seed": seed,
-                "guided_choice": ["cat", "dog", "a big red fox"], "logprobs": 5, "logprobs_mode": "processed"})
-            self.assertEqual(status, 200, body)
-            c = body["choices"][0]
-            self.assertIn(c["text"], ["cat", "dog", "a big red fox"])
-            self.assertEqual(c["finish_reason"], "stop")
-            self.assertEqual("".join(c["logprobs"]["tokens"]), c["text"])
-            status, body = self.gw.post("/v1/completions", {
-                "model": "stories260K", "prompt": "Once upon a time", "max_tokens": 30, "seed": seed,
-                "guided_regex": "[0-9]{3}-(yes|no)"})
-            self.assertEqual(status, 200, body)
-            self.assertRegex(body["choices"][0]["text"], r"^[0-9]{3}-(yes|no)$")
-            self.assertEqual(body["choices"][0]["finish_reason"], "stop")
+        self.check_choice_and_regex(range(2))
 
 
 @SKIP
