@@ -50,13 +50,17 @@ void GpuBackend::upload(Staged<T>& s) {
     if (s.n) LOOM_GPU_CHECK(gpuMemcpyAsync(s.dev, s.host, sizeof(T) * s.n, gpuMemcpyHostToDevice, stream_));
 }
 
+int default_matvec_rows(uint32_t ffn_type) { return ffn_type == kF16 ? 2 : 8; }
+
 GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     : file_(model::GgufFile::open(path)), opts_(opts) {
-    if (opts.max_slots < 1 || opts.max_step_tokens < 1 || opts.kv_tokens < 0 || opts.matvec_rows < 0 ||
+    if (opts.max_slots < 1 || opts.max_step_tokens < 1 || opts.kv_tokens < 0 || opts.matvec_rows < -1 ||
         !(opts.kv_fraction > 0.0 && opts.kv_fraction <= 1.0))
         throw std::invalid_argument("GPU options out of range (slots and step tokens >= 1, KV fraction in (0, 1])");
     check_tensor_types(file_, opts.engine_name);
     w_ = engine::LlamaWeights::bind(file_, {opts.engine_name, device_type_supported});
+    if (opts_.matvec_rows < 0)
+        opts_.matvec_rows = default_matvec_rows(w_.layers.empty() ? kF16 : w_.layers[0].gate.type);
     const auto& hp = w_.hp;
     const model::Vocab vocab = model::Vocab::from_gguf(file_);
     if (vocab.size() > hp.n_vocab)

@@ -4,13 +4,13 @@
 //
 // A step flattens its rows into one batch of token rows (1-token rows first, then the prefill
 // chunks) and runs one forward pass over all of them: the linear layers over every row at once
-// (the register-dequantizing matvec kernel for up to GpuOptions::matvec_rows rows, GEMMs over
-// weights dequantized to F16 beyond), RoPE at each row's position, K/V stored through each row's
+// (the register-dequantizing matvec kernel for up to GpuOptions::matvec_rows rows, GEMMs beyond,
+// over F16 weights as they are and other types dequantized to F16), RoPE at each row's position, K/V stored through each row's
 // block table, split-K decode attention for 1-token rows and, for chunks, prefill attention as
 // cuBLAS products over the chunk's gathered K/V (CUDA) or the tiled kernel (both read the cached
 // prefix through the table). Then prompt scoring, the output projection of
 // the sampled rows, one batched sampling launch and one device-to-host copy. Pure-decode steps
-// of up to 8 rows replay a captured CUDA/HIP graph per (rows, attention splits).
+// on the matvec path (up to 8 rows) replay a captured CUDA/HIP graph per (rows, attention splits).
 //
 // With GpuOptions::batch_invariant every row is computed by the same kernels in the same order
 // whatever the batch: the 8-vector matvec for every linear layer, no fused RMSNorm or RoPE, and
@@ -53,8 +53,18 @@ struct GpuOptions {
     /// plain kernel: Gemm16 one F16 product each for QK^T and PV (Q and P rounded to F16), Gemm
     /// two (Q and P split into F16 high and low parts, about F32's accuracy, twice the products).
     enum class PrefillAttn { Auto, Tiled, Gemm, Gemm16 } prefill_attn = PrefillAttn::Auto;
-    int matvec_rows = 8;  ///< steps of at most this many rows use the matvec kernel
+    /// Steps of at most this many rows use the matvec kernel, larger ones GEMMs; -1 (the
+    /// default): default_matvec_rows() of the model's weights.
+    int matvec_rows = -1;
 };
+
+/// The matvec/GEMM crossover for a model whose FFN matrices have ggml type `ffn_type`: 2 rows
+/// for F16 (cuBLAS reads F16 weights as they are, and from 3 rows a GEMM step beats the batched
+/// matvec, whose step time grows with its rows: on the H200, 8B F16, 6.2-6.5 ms against 6.7-14.7
+/// ms at 3-8 rows; docs/benchmarks.md, "small batches"), 8 for every other type (their GEMM path
+/// first dequantizes each matrix to F16: about 16 ms a step for Q4_K_M, where the matvec takes
+/// 3.9-16.7 ms at 1-8 rows).
+int default_matvec_rows(uint32_t ffn_type);
 
 /// Per-operation device time of one profiled step (bench tool).
 struct OpTimes {
