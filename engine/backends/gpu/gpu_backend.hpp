@@ -61,7 +61,7 @@ struct GpuOptions {
 /// The matvec/GEMM crossover for a model whose FFN matrices have ggml type `ffn_type`: 2 rows
 /// for F16 (cuBLAS reads F16 weights as they are, and from 3 rows a GEMM step beats the batched
 /// matvec, whose step time grows with its rows: on the H200, 8B F16, 6.2-6.5 ms against 6.7-14.7
-/// ms at 3-8 rows; docs/benchmarks.md, "small batches"), 8 for every other type (their GEMM path
+/// ms at 3-8 rows; docs/benchmarks.md, "Small batches"), 8 for every other type (their GEMM path
 /// first dequantizes each matrix to F16: about 16 ms a step for Q4_K_M, where the matvec takes
 /// 3.9-16.7 ms at 1-8 rows).
 int default_matvec_rows(uint32_t ffn_type);
