@@ -89,6 +89,16 @@ private:
         ~Wraps() { p.depth_ -= n; }
     };
 
+    // Wraps `node` in suffixes (a.b[c](d), x|f is t) for as long as `one(node)` applies
+    // one (returns true; false: none applies at the current token). Every try counts
+    // against kMaxNesting as in Wraps, the last one included.
+    template <class One>
+    ExprP wrap_suffixes(ExprP node, One one) {
+        Wraps w(*this);
+        do { w.add(); } while (one(node));
+        return node;
+    }
+
     template <class T>
     struct Restore {
         T& ref;

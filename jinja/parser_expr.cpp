@@ -260,35 +260,22 @@ ExprP Parser::parse_primary() {
 }
 
 ExprP Parser::parse_postfix(ExprP node) {
-    Wraps w(*this);
-    while (true) {
-        w.add();
-        if (is_op(".") || is_op("[")) {
-            node = parse_subscript(std::move(node));
-        } else if (is_op("(")) {
-            node = parse_call(std::move(node));
-        } else {
-            break;
-        }
-    }
-    return node;
+    return wrap_suffixes(std::move(node), [this](ExprP& n) {
+        if (is_op(".") || is_op("[")) n = parse_subscript(std::move(n));
+        else if (is_op("(")) n = parse_call(std::move(n));
+        else return false;
+        return true;
+    });
 }
 
 ExprP Parser::parse_filter_expr(ExprP node) {
-    Wraps w(*this);
-    while (true) {
-        w.add();
-        if (is_op("|")) {
-            node = parse_filter(std::move(node), false);
-        } else if (is_name("is")) {
-            node = parse_test(std::move(node));
-        } else if (is_op("(")) {
-            node = parse_call(std::move(node));
-        } else {
-            break;
-        }
-    }
-    return node;
+    return wrap_suffixes(std::move(node), [this](ExprP& n) {
+        if (is_op("|")) n = parse_filter(std::move(n), false);
+        else if (is_name("is")) n = parse_test(std::move(n));
+        else if (is_op("(")) n = parse_call(std::move(n));
+        else return false;
+        return true;
+    });
 }
 
 ExprP Parser::parse_subscript(ExprP node) {
