@@ -159,6 +159,9 @@ private:
     ExprP parse_pow();
     ExprP parse_unary(bool with_filter);
     ExprP parse_primary();
+    // A list [a, b] (kind List, close "]") or dict {k: v} (Dict, "}") display from its
+    // opening bracket, trailing comma allowed; a Dict's args alternate keys and values.
+    ExprP parse_display(EK kind, const char* close);
     ExprP parse_postfix(ExprP node);
     ExprP parse_filter_expr(ExprP node);
     ExprP parse_subscript(ExprP node);

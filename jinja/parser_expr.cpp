@@ -234,29 +234,24 @@ ExprP Parser::parse_primary() {
         expect_op(")");
         return e;
     }
-    if (is_op("[")) {
-        auto e = make(EK::List, next());
-        while (!is_op("]")) {
-            if (!e->args.empty()) expect_op(",");
-            if (is_op("]")) break;
-            e->args.push_back(parse_expression(true));
-        }
-        expect_op("]");
-        return e;
-    }
-    if (is_op("{")) {
-        auto e = make(EK::Dict, next());
-        while (!is_op("}")) {
-            if (!e->args.empty()) expect_op(",");
-            if (is_op("}")) break;
-            e->args.push_back(parse_expression(true));
+    if (is_op("[")) return parse_display(EK::List, "]");
+    if (is_op("{")) return parse_display(EK::Dict, "}");
+    fail("unexpected " + q(describe(tok)));
+}
+
+ExprP Parser::parse_display(EK kind, const char* close) {
+    auto e = make(kind, next());
+    while (!is_op(close)) {
+        if (!e->args.empty()) expect_op(",");
+        if (is_op(close)) break;
+        e->args.push_back(parse_expression(true));
+        if (kind == EK::Dict) {
             expect_op(":");
             e->args.push_back(parse_expression(true));
         }
-        expect_op("}");
-        return e;
     }
-    fail("unexpected " + q(describe(tok)));
+    expect_op(close);
+    return e;
 }
 
 ExprP Parser::parse_postfix(ExprP node) {
