@@ -74,6 +74,20 @@ LOOM_QB_INLINE int q3k_scale(const uint8_t* s, int i) {
     return (lo | (hi << 4)) - 32;
 }
 
+/// Bit 4 of element j of a Q5_0 / Q5_1 block, as 0 or 16: bit j of its uint32 qh.
+LOOM_QB_INLINE int32_t q5_high(uint32_t qh, int j) { return static_cast<int32_t>((qh >> j) & 1) << 4; }
+
+/// The nibble layout of 32 elements in 16 bytes (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and each
+/// IQ4_XS sub-block): element j < 16 is the low nibble of qs[j], element j + 16 its high
+/// nibble. Sets y[e] = f(nibble, e) for e < 32; f returns float, the nibble is 0..15.
+template <class F>
+LOOM_QB_INLINE void split_nibbles(const uint8_t* qs, float* y, F f) {
+    for (int j = 0; j < 16; ++j) {
+        y[j] = f(qs[j] & 0xF, j);
+        y[j + 16] = f(qs[j] >> 4, j + 16);
+    }
+}
+
 /// Q8_0: {half d; int8 q[32]}, x = d * q.
 struct Q8_0 {
     static constexpr int kSize = 32, kBytes = 34;
@@ -90,11 +104,7 @@ struct Q4_0 {
     static constexpr int kSize = 32, kBytes = 18;
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b);
-        const uint8_t* qs = b + 2;
-        for (int j = 0; j < 16; ++j) {
-            y[j] = d * static_cast<float>(static_cast<int32_t>(qs[j] & 0xF) - 8);
-            y[j + 16] = d * static_cast<float>(static_cast<int32_t>(qs[j] >> 4) - 8);
-        }
+        split_nibbles(b + 2, y, [d](int q, int) { return d * static_cast<float>(q - 8); });
     }
 };
 
@@ -103,11 +113,7 @@ struct Q4_1 {
     static constexpr int kSize = 32, kBytes = 20;
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b), m = load_f16(b + 2);
-        const uint8_t* qs = b + 4;
-        for (int j = 0; j < 16; ++j) {
-            y[j] = d * static_cast<float>(qs[j] & 0xF) + m;
-            y[j + 16] = d * static_cast<float>(qs[j] >> 4) + m;
-        }
+        split_nibbles(b + 4, y, [d, m](int q, int) { return d * static_cast<float>(q) + m; });
     }
 };
 
@@ -118,13 +124,7 @@ struct Q5_0 {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b);
         const uint32_t qh = load_le<uint32_t>(b + 2);
-        const uint8_t* qs = b + 6;
-        for (int j = 0; j < 16; ++j) {
-            const int h0 = static_cast<int>((qh >> j) & 1) << 4;
-            const int h1 = static_cast<int>((qh >> (j + 16)) & 1) << 4;
-            y[j] = d * static_cast<float>(((qs[j] & 0xF) | h0) - 16);
-            y[j + 16] = d * static_cast<float>(((qs[j] >> 4) | h1) - 16);
-        }
+        split_nibbles(b + 6, y, [d, qh](int q, int e) { return d * static_cast<float>((q | q5_high(qh, e)) - 16); });
     }
 };
 
@@ -134,13 +134,7 @@ struct Q5_1 {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b), m = load_f16(b + 2);
         const uint32_t qh = load_le<uint32_t>(b + 4);
-        const uint8_t* qs = b + 8;
-        for (int j = 0; j < 16; ++j) {
-            const int h0 = static_cast<int>((qh >> j) & 1) << 4;
-            const int h1 = static_cast<int>((qh >> (j + 16)) & 1) << 4;
-            y[j] = d * static_cast<float>((qs[j] & 0xF) | h0) + m;
-            y[j + 16] = d * static_cast<float>((qs[j] >> 4) | h1) + m;
-        }
+        split_nibbles(b + 8, y, [d, m, qh](int q, int e) { return d * static_cast<float>(q | q5_high(qh, e)) + m; });
     }
 };
 
@@ -149,11 +143,7 @@ struct IQ4_NL {
     static constexpr int kSize = 32, kBytes = 18;
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b);
-        const uint8_t* qs = b + 2;
-        for (int j = 0; j < 16; ++j) {
-            y[j] = d * static_cast<float>(kIq4nlValues[qs[j] & 0xF]);
-            y[j + 16] = d * static_cast<float>(kIq4nlValues[qs[j] >> 4]);
-        }
+        split_nibbles(b + 2, y, [d](int q, int) { return d * static_cast<float>(kIq4nlValues[q]); });
     }
 };
 
@@ -289,12 +279,8 @@ struct IQ4_XS {
         for (int s = 0; s < 8; ++s) {
             const int ls = ((sl[s / 2] >> (4 * (s % 2))) & 0xF) | (((sh >> (2 * s)) & 3) << 4);
             const float dl = d * static_cast<float>(ls - 32);
-            const uint8_t* q = qs + 16 * s;
-            float* o = y + 32 * s;
-            for (int j = 0; j < 16; ++j) {
-                o[j] = dl * static_cast<float>(kIq4nlValues[q[j] & 0xF]);
-                o[j + 16] = dl * static_cast<float>(kIq4nlValues[q[j] >> 4]);
-            }
+            split_nibbles(qs + 16 * s, y + 32 * s,
+                          [dl](int q, int) { return dl * static_cast<float>(kIq4nlValues[q]); });
         }
     }
 };
