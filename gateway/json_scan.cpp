@@ -8,9 +8,26 @@ bool is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == 
 bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 bool is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
-// Number sub-states (RFC 8259 section 6): the states where the number may end.
-enum : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kExp, kExpSign, kExpDigits };
+// Number sub-states (RFC 8259 section 6), then number_next's two outcomes that are none.
+enum : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kExp, kExpSign, kExpDigits, kNumEnd, kNumBad };
+// The states where the number may end.
 bool number_may_end(uint8_t s) { return s == kZero || s == kInt || s == kFrac || s == kExpDigits; }
+
+// What byte c does to a number in sub-state s: the sub-state it moves to, kNumEnd (c is
+// not part of the number, which ends before it) or kNumBad (no JSON number goes on so).
+uint8_t number_next(uint8_t s, unsigned char c) {
+    const bool digit = is_digit(c), exp = c == 'e' || c == 'E';
+    switch (s) {
+        case kMinus: return !digit ? kNumBad : c == '0' ? kZero : kInt;
+        case kZero: return c == '.' ? kDot : exp ? kExp : kNumEnd;
+        case kInt: return digit ? kInt : c == '.' ? kDot : exp ? kExp : kNumEnd;
+        case kDot: return digit ? kFrac : kNumBad;
+        case kFrac: return digit ? kFrac : exp ? kExp : kNumEnd;
+        case kExp: return c == '+' || c == '-' ? kExpSign : digit ? kExpDigits : kNumBad;
+        case kExpSign: return digit ? kExpDigits : kNumBad;
+        default: return digit ? kExpDigits : kNumEnd;  // kExpDigits
+    }
+}
 
 }  // namespace
 
@@ -133,48 +150,19 @@ void JsonScanner::step(unsigned char c) {
             if (c != static_cast<unsigned char>(lit_[lit_at_])) return fail();
             if (++lit_at_ == lit_.size()) value_end(pos_ + 1);
             return;
-        case S::Num:
-            switch (num_) {
-                case kMinus:
-                    if (!is_digit(c)) return fail();
-                    num_ = c == '0' ? kZero : kInt;
-                    return;
-                case kZero:
-                case kInt:
-                    if (num_ == kInt && is_digit(c)) return;
-                    if (c == '.') num_ = kDot;
-                    else if (c == 'e' || c == 'E') num_ = kExp;
-                    else break;
-                    return;
-                case kDot:
-                    if (!is_digit(c)) return fail();
-                    num_ = kFrac;
-                    return;
-                case kFrac:
-                    if (is_digit(c)) return;
-                    if (c == 'e' || c == 'E') {
-                        num_ = kExp;
-                        return;
-                    }
-                    break;
-                case kExp:
-                    if (c == '+' || c == '-') num_ = kExpSign;
-                    else if (is_digit(c)) num_ = kExpDigits;
-                    else return fail();
-                    return;
-                case kExpSign:
-                    if (!is_digit(c)) return fail();
-                    num_ = kExpDigits;
-                    return;
-                case kExpDigits:
-                    if (is_digit(c)) return;
-                    break;
+        case S::Num: {
+            const uint8_t next = number_next(num_, c);
+            if (next == kNumBad) return fail();
+            if (next != kNumEnd) {
+                num_ = next;
+                return;
             }
             // The byte ends the number; it is read again as what follows it.
             if (!number_may_end(num_)) return fail();
             value_end(pos_);
             if (state_ == S::AfterValue) step(c);
             return;
+        }
         case S::Done:
         case S::Error: return;
     }

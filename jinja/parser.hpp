@@ -89,6 +89,16 @@ private:
         ~Wraps() { p.depth_ -= n; }
     };
 
+    // Wraps `node` in suffixes (a.b[c](d), x|f is t) for as long as `one(node)` applies
+    // one (returns true; false: none applies at the current token). Every try counts
+    // against kMaxNesting as in Wraps, the last one included.
+    template <class One>
+    ExprP wrap_suffixes(ExprP node, One one) {
+        Wraps w(*this);
+        do { w.add(); } while (one(node));
+        return node;
+    }
+
     template <class T>
     struct Restore {
         T& ref;
@@ -149,6 +159,9 @@ private:
     ExprP parse_pow();
     ExprP parse_unary(bool with_filter);
     ExprP parse_primary();
+    // A list [a, b] (kind List, close "]") or dict {k: v} (Dict, "}") display from its
+    // opening bracket, trailing comma allowed; a Dict's args alternate keys and values.
+    ExprP parse_display(EK kind, const char* close);
     ExprP parse_postfix(ExprP node);
     ExprP parse_filter_expr(ExprP node);
     ExprP parse_subscript(ExprP node);

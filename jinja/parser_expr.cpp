@@ -234,61 +234,43 @@ ExprP Parser::parse_primary() {
         expect_op(")");
         return e;
     }
-    if (is_op("[")) {
-        auto e = make(EK::List, next());
-        while (!is_op("]")) {
-            if (!e->args.empty()) expect_op(",");
-            if (is_op("]")) break;
-            e->args.push_back(parse_expression(true));
-        }
-        expect_op("]");
-        return e;
-    }
-    if (is_op("{")) {
-        auto e = make(EK::Dict, next());
-        while (!is_op("}")) {
-            if (!e->args.empty()) expect_op(",");
-            if (is_op("}")) break;
-            e->args.push_back(parse_expression(true));
-            expect_op(":");
-            e->args.push_back(parse_expression(true));
-        }
-        expect_op("}");
-        return e;
-    }
+    if (is_op("[")) return parse_display(EK::List, "]");
+    if (is_op("{")) return parse_display(EK::Dict, "}");
     fail("unexpected " + q(describe(tok)));
 }
 
-ExprP Parser::parse_postfix(ExprP node) {
-    Wraps w(*this);
-    while (true) {
-        w.add();
-        if (is_op(".") || is_op("[")) {
-            node = parse_subscript(std::move(node));
-        } else if (is_op("(")) {
-            node = parse_call(std::move(node));
-        } else {
-            break;
+ExprP Parser::parse_display(EK kind, const char* close) {
+    auto e = make(kind, next());
+    while (!is_op(close)) {
+        if (!e->args.empty()) expect_op(",");
+        if (is_op(close)) break;
+        e->args.push_back(parse_expression(true));
+        if (kind == EK::Dict) {
+            expect_op(":");
+            e->args.push_back(parse_expression(true));
         }
     }
-    return node;
+    expect_op(close);
+    return e;
+}
+
+ExprP Parser::parse_postfix(ExprP node) {
+    return wrap_suffixes(std::move(node), [this](ExprP& n) {
+        if (is_op(".") || is_op("[")) n = parse_subscript(std::move(n));
+        else if (is_op("(")) n = parse_call(std::move(n));
+        else return false;
+        return true;
+    });
 }
 
 ExprP Parser::parse_filter_expr(ExprP node) {
-    Wraps w(*this);
-    while (true) {
-        w.add();
-        if (is_op("|")) {
-            node = parse_filter(std::move(node), false);
-        } else if (is_name("is")) {
-            node = parse_test(std::move(node));
-        } else if (is_op("(")) {
-            node = parse_call(std::move(node));
-        } else {
-            break;
-        }
-    }
-    return node;
+    return wrap_suffixes(std::move(node), [this](ExprP& n) {
+        if (is_op("|")) n = parse_filter(std::move(n), false);
+        else if (is_name("is")) n = parse_test(std::move(n));
+        else if (is_op("(")) n = parse_call(std::move(n));
+        else return false;
+        return true;
+    });
 }
 
 ExprP Parser::parse_subscript(ExprP node) {

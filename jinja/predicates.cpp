@@ -29,66 +29,25 @@ void none_expected(CallArgs& a, const char* test) {
                             std::to_string(n + 1) + " were given");
 }
 
-bool mod_eq(Interp& in, const Value& v, const Value& n, int64_t want) {
-    return py_equal(in.binary(BinOp::Mod, v, n), Value(want));
+// A test's name as a template argument (no_arg below).
+struct TestName {
+    char s[16] = {};
+    template <size_t N>
+    constexpr TestName(const char (&name)[N]) {
+        static_assert(N <= sizeof s, "test name too long");
+        for (size_t i = 0; i < N; ++i) s[i] = name[i];
+    }
+};
+
+// The test `kName` that takes no argument: refuses any (none_expected), then answers kPred.
+template <TestName kName, bool (*kPred)(Interp&, const Value&)>
+bool no_arg(Interp& in, const Value& v, CallArgs& a) {
+    none_expected(a, kName.s);
+    return kPred(in, v);
 }
 
-bool t_odd(Interp& in, const Value& v, CallArgs& a) {
-    none_expected(a, "odd");
-    return mod_eq(in, v, Value(2), 1);
-}
-bool t_even(Interp& in, const Value& v, CallArgs& a) {
-    none_expected(a, "even");
-    return mod_eq(in, v, Value(2), 0);
-}
-bool t_divisibleby(Interp& in, const Value& v, CallArgs& a) { return mod_eq(in, v, arg(a, "divisibleby"), 0); }
-bool t_defined(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "defined");
-    return !v.is_undefined();
-}
-bool t_undefined(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "undefined");
-    return v.is_undefined();
-}
-bool t_none(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "none");
-    return v.is_none();
-}
-bool t_boolean(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "boolean");
-    return v.is_bool();
-}
-bool t_false(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "false");
-    return v.is_bool() && !v.get_bool();
-}
-bool t_true(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "true");
-    return v.is_bool() && v.get_bool();
-}
-bool t_integer(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "integer");
-    return v.is_int();
-}
-bool t_float(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "float");
-    return v.is_float();
-}
-bool t_string(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "string");
-    return v.is_string();
-}
-bool t_mapping(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "mapping");
-    return v.is_dict();
-}
-bool t_number(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "number");
-    return v.is_number();
-}
-bool t_escaped(Interp&, const Value&, CallArgs& a) {
-    none_expected(a, "escaped");
-    return false;
+bool mod_eq(Interp& in, const Value& v, const Value& n, int64_t want) {
+    return py_equal(in.binary(BinOp::Mod, v, n), Value(want));
 }
 
 bool case_test(const Value& v, bool upper) {
@@ -99,30 +58,39 @@ bool case_test(const Value& v, bool upper) {
     }
     return cased;
 }
-bool t_lower(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "lower");
-    return case_test(v, false);
-}
-bool t_upper(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "upper");
-    return case_test(v, true);
-}
 
-bool t_sequence(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "sequence");
+constexpr detail::TestFn t_odd = no_arg<"odd", [](Interp& in, const Value& v) { return mod_eq(in, v, Value(2), 1); }>;
+constexpr detail::TestFn t_even = no_arg<"even", [](Interp& in, const Value& v) { return mod_eq(in, v, Value(2), 0); }>;
+bool t_divisibleby(Interp& in, const Value& v, CallArgs& a) { return mod_eq(in, v, arg(a, "divisibleby"), 0); }
+constexpr detail::TestFn t_defined = no_arg<"defined", [](Interp&, const Value& v) { return !v.is_undefined(); }>;
+constexpr detail::TestFn t_undefined = no_arg<"undefined", [](Interp&, const Value& v) { return v.is_undefined(); }>;
+constexpr detail::TestFn t_none = no_arg<"none", [](Interp&, const Value& v) { return v.is_none(); }>;
+constexpr detail::TestFn t_boolean = no_arg<"boolean", [](Interp&, const Value& v) { return v.is_bool(); }>;
+constexpr detail::TestFn t_false =
+    no_arg<"false", [](Interp&, const Value& v) { return v.is_bool() && !v.get_bool(); }>;
+constexpr detail::TestFn t_true = no_arg<"true", [](Interp&, const Value& v) { return v.is_bool() && v.get_bool(); }>;
+constexpr detail::TestFn t_integer = no_arg<"integer", [](Interp&, const Value& v) { return v.is_int(); }>;
+constexpr detail::TestFn t_float = no_arg<"float", [](Interp&, const Value& v) { return v.is_float(); }>;
+constexpr detail::TestFn t_string = no_arg<"string", [](Interp&, const Value& v) { return v.is_string(); }>;
+constexpr detail::TestFn t_mapping = no_arg<"mapping", [](Interp&, const Value& v) { return v.is_dict(); }>;
+constexpr detail::TestFn t_number = no_arg<"number", [](Interp&, const Value& v) { return v.is_number(); }>;
+constexpr detail::TestFn t_escaped = no_arg<"escaped", [](Interp&, const Value&) { return false; }>;
+constexpr detail::TestFn t_lower = no_arg<"lower", [](Interp&, const Value& v) { return case_test(v, false); }>;
+constexpr detail::TestFn t_upper = no_arg<"upper", [](Interp&, const Value& v) { return case_test(v, true); }>;
+constexpr detail::TestFn t_sequence = no_arg<"sequence", [](Interp&, const Value& v) {
     return v.is_undefined() || v.is_string() || v.is_sequence() || v.is_dict();
-}
-
-bool t_iterable(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "iterable");
+}>;
+constexpr detail::TestFn t_iterable = no_arg<"iterable", [](Interp&, const Value& v) {
     return v.is_undefined() || v.is_string() || v.is_array() || v.is_dict() || v.kind() == Value::Kind::Iterator ||
            v.kind() == Value::Kind::Loop;
-}
-
-bool t_callable(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "callable");
+}>;
+constexpr detail::TestFn t_callable = no_arg<"callable", [](Interp&, const Value& v) {
     return v.is_callable() || v.is_undefined() || v.kind() == Value::Kind::Loop;
-}
+}>;
+constexpr detail::TestFn t_filter =
+    no_arg<"filter", [](Interp&, const Value& v) { return v.is_string() && detail::find_filter(v.str()); }>;
+constexpr detail::TestFn t_test =
+    no_arg<"test", [](Interp&, const Value& v) { return v.is_string() && detail::find_test(v.str()); }>;
 
 bool t_sameas(Interp&, const Value& v, CallArgs& a) { return v.same_as(arg(a, "sameas")); }
 bool t_in(Interp& in, const Value& v, CallArgs& a) { return in.contains(arg(a, "in"), v); }
@@ -132,15 +100,6 @@ bool t_lt(Interp& in, const Value& v, CallArgs& a) { return in.compare(CmpOp::Lt
 bool t_gt(Interp& in, const Value& v, CallArgs& a) { return in.compare(CmpOp::Gt, v, arg(a, "gt")); }
 bool t_le(Interp& in, const Value& v, CallArgs& a) { return in.compare(CmpOp::Le, v, arg(a, "le")); }
 bool t_ge(Interp& in, const Value& v, CallArgs& a) { return in.compare(CmpOp::Ge, v, arg(a, "ge")); }
-
-bool t_filter(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "filter");
-    return v.is_string() && detail::find_filter(v.str());
-}
-bool t_test(Interp&, const Value& v, CallArgs& a) {
-    none_expected(a, "test");
-    return v.is_string() && detail::find_test(v.str());
-}
 
 const detail::NamedFn<detail::TestFn> kTests[] = {
     {"odd", t_odd},

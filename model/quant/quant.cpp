@@ -184,20 +184,8 @@ bool can_dequantize(uint32_t type) {
     switch (static_cast<GgmlType>(type)) {
         case GgmlType::F32:
         case GgmlType::F16:
-        case GgmlType::BF16:
-        case GgmlType::Q8_0:
-        case GgmlType::Q4_0:
-        case GgmlType::Q4_1:
-        case GgmlType::Q5_0:
-        case GgmlType::Q5_1:
-        case GgmlType::Q2_K:
-        case GgmlType::Q3_K:
-        case GgmlType::Q4_K:
-        case GgmlType::Q5_K:
-        case GgmlType::Q6_K:
-        case GgmlType::IQ4_NL:
-        case GgmlType::IQ4_XS: return true;
-        default: return false;
+        case GgmlType::BF16: return true;
+        default: return blocks::with_block(type, []<class B>() {});
     }
 }
 
@@ -228,19 +216,9 @@ void dequantize_row(uint32_t type, const void* src, float* dst, int64_t n) {
             }
             return;
         }
-        case GgmlType::Q8_0: return dequant_blocks<blocks::Q8_0>(src, dst, n);
-        case GgmlType::Q4_0: return dequant_blocks<blocks::Q4_0>(src, dst, n);
-        case GgmlType::Q4_1: return dequant_blocks<blocks::Q4_1>(src, dst, n);
-        case GgmlType::Q5_0: return dequant_blocks<blocks::Q5_0>(src, dst, n);
-        case GgmlType::Q5_1: return dequant_blocks<blocks::Q5_1>(src, dst, n);
-        case GgmlType::Q2_K: return dequant_blocks<blocks::Q2_K>(src, dst, n);
-        case GgmlType::Q3_K: return dequant_blocks<blocks::Q3_K>(src, dst, n);
-        case GgmlType::Q4_K: return dequant_blocks<blocks::Q4_K>(src, dst, n);
-        case GgmlType::Q5_K: return dequant_blocks<blocks::Q5_K>(src, dst, n);
-        case GgmlType::Q6_K: return dequant_blocks<blocks::Q6_K>(src, dst, n);
-        case GgmlType::IQ4_NL: return dequant_blocks<blocks::IQ4_NL>(src, dst, n);
-        case GgmlType::IQ4_XS: return dequant_blocks<blocks::IQ4_XS>(src, dst, n);
-        default: break;
+        default:
+            if (blocks::with_block(type, [&]<class B>() { dequant_blocks<B>(src, dst, n); })) return;
+            break;
     }
     throw std::invalid_argument("cannot dequantize tensor type " + type_name(type));  // unreachable
 }

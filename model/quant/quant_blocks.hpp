@@ -13,7 +13,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
+#include "model/gguf/ggml_types.hpp"
 #include "model/quant/quant.hpp"
 
 #if defined(__GNUC__)
@@ -74,9 +76,30 @@ LOOM_QB_INLINE int q3k_scale(const uint8_t* s, int i) {
     return (lo | (hi << 4)) - 32;
 }
 
+/// What each block decoder below declares: the type it reads (kType), the elements
+/// (kSize) and bytes (kBytes) of one block.
+template <GgmlType T, int Size, int Bytes>
+struct BlockOf {
+    static constexpr GgmlType kType = T;
+    static constexpr int kSize = Size, kBytes = Bytes;
+};
+
+/// Bit 4 of element j of a Q5_0 / Q5_1 block, as 0 or 16: bit j of its uint32 qh.
+LOOM_QB_INLINE int32_t q5_high(uint32_t qh, int j) { return static_cast<int32_t>((qh >> j) & 1) << 4; }
+
+/// The nibble layout of 32 elements in 16 bytes (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and each
+/// IQ4_XS sub-block): element j < 16 is the low nibble of qs[j], element j + 16 its high
+/// nibble. Sets y[e] = f(nibble, e) for e < 32; f returns float, the nibble is 0..15.
+template <class F>
+LOOM_QB_INLINE void split_nibbles(const uint8_t* qs, float* y, F f) {
+    for (int j = 0; j < 16; ++j) {
+        y[j] = f(qs[j] & 0xF, j);
+        y[j + 16] = f(qs[j] >> 4, j + 16);
+    }
+}
+
 /// Q8_0: {half d; int8 q[32]}, x = d * q.
-struct Q8_0 {
-    static constexpr int kSize = 32, kBytes = 34;
+struct Q8_0 : BlockOf<GgmlType::Q8_0, 32, 34> {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b);
         const auto* q = reinterpret_cast<const int8_t*>(b + 2);
@@ -86,82 +109,52 @@ struct Q8_0 {
 
 /// Q4_0: {half d; uint8 qs[16]}; element j is the low nibble of qs[j], element j+16
 /// the high nibble; x = d * (nibble - 8).
-struct Q4_0 {
-    static constexpr int kSize = 32, kBytes = 18;
+struct Q4_0 : BlockOf<GgmlType::Q4_0, 32, 18> {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b);
-        const uint8_t* qs = b + 2;
-        for (int j = 0; j < 16; ++j) {
-            y[j] = d * static_cast<float>(static_cast<int32_t>(qs[j] & 0xF) - 8);
-            y[j + 16] = d * static_cast<float>(static_cast<int32_t>(qs[j] >> 4) - 8);
-        }
+        split_nibbles(b + 2, y, [d](int q, int) { return d * static_cast<float>(q - 8); });
     }
 };
 
 /// Q4_1: {half d; half m; uint8 qs[16]} (nibbles as Q4_0); x = d * nibble + m.
-struct Q4_1 {
-    static constexpr int kSize = 32, kBytes = 20;
+struct Q4_1 : BlockOf<GgmlType::Q4_1, 32, 20> {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b), m = load_f16(b + 2);
-        const uint8_t* qs = b + 4;
-        for (int j = 0; j < 16; ++j) {
-            y[j] = d * static_cast<float>(qs[j] & 0xF) + m;
-            y[j + 16] = d * static_cast<float>(qs[j] >> 4) + m;
-        }
+        split_nibbles(b + 4, y, [d, m](int q, int) { return d * static_cast<float>(q) + m; });
     }
 };
 
 /// Q5_0: {half d; uint8 qh[4]; uint8 qs[16]}; bit j of the little-endian uint32 qh is
 /// bit 4 of element j; nibbles as Q4_0; x = d * (q5 - 16).
-struct Q5_0 {
-    static constexpr int kSize = 32, kBytes = 22;
+struct Q5_0 : BlockOf<GgmlType::Q5_0, 32, 22> {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b);
         const uint32_t qh = load_le<uint32_t>(b + 2);
-        const uint8_t* qs = b + 6;
-        for (int j = 0; j < 16; ++j) {
-            const int h0 = static_cast<int>((qh >> j) & 1) << 4;
-            const int h1 = static_cast<int>((qh >> (j + 16)) & 1) << 4;
-            y[j] = d * static_cast<float>(((qs[j] & 0xF) | h0) - 16);
-            y[j + 16] = d * static_cast<float>(((qs[j] >> 4) | h1) - 16);
-        }
+        split_nibbles(b + 6, y, [d, qh](int q, int e) { return d * static_cast<float>((q | q5_high(qh, e)) - 16); });
     }
 };
 
 /// Q5_1: {half d; half m; uint8 qh[4]; uint8 qs[16]} (bits as Q5_0); x = d * q5 + m.
-struct Q5_1 {
-    static constexpr int kSize = 32, kBytes = 24;
+struct Q5_1 : BlockOf<GgmlType::Q5_1, 32, 24> {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b), m = load_f16(b + 2);
         const uint32_t qh = load_le<uint32_t>(b + 4);
-        const uint8_t* qs = b + 8;
-        for (int j = 0; j < 16; ++j) {
-            const int h0 = static_cast<int>((qh >> j) & 1) << 4;
-            const int h1 = static_cast<int>((qh >> (j + 16)) & 1) << 4;
-            y[j] = d * static_cast<float>((qs[j] & 0xF) | h0) + m;
-            y[j + 16] = d * static_cast<float>((qs[j] >> 4) | h1) + m;
-        }
+        split_nibbles(b + 8, y, [d, m, qh](int q, int e) { return d * static_cast<float>(q | q5_high(qh, e)) + m; });
     }
 };
 
 /// IQ4_NL: {half d; uint8 qs[16]} (nibbles as Q4_0); x = d * kIq4nlValues[nibble].
-struct IQ4_NL {
-    static constexpr int kSize = 32, kBytes = 18;
+struct IQ4_NL : BlockOf<GgmlType::IQ4_NL, 32, 18> {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b);
-        const uint8_t* qs = b + 2;
-        for (int j = 0; j < 16; ++j) {
-            y[j] = d * static_cast<float>(kIq4nlValues[qs[j] & 0xF]);
-            y[j + 16] = d * static_cast<float>(kIq4nlValues[qs[j] >> 4]);
-        }
+        split_nibbles(b + 2, y, [d](int q, int) { return d * static_cast<float>(kIq4nlValues[q]); });
     }
 };
 
 /// Q2_K: {uint8 scales[16]; uint8 qs[64]; half d; half dmin}. Element e = 128n + 32j
 /// + m (n<2, j<4, m<32) is bits 2j..2j+1 of qs[32n + m]; sub-block i = e/16 has
 /// scale scales[i] & 15 and min scales[i] >> 4; x = d*scale*q - dmin*min.
-struct Q2_K {
-    static constexpr int kSize = 256, kBytes = 84;
+struct Q2_K : BlockOf<GgmlType::Q2_K, 256, 84> {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const uint8_t* sc = b;
         const uint8_t* qs = b + 16;
@@ -182,8 +175,7 @@ struct Q2_K {
 /// Q3_K: {uint8 hmask[32]; uint8 qs[64]; uint8 scales[12]; half d}. Element e = 128n
 /// + 32j + m: low two bits at bits 2j of qs[32n + m], high bit at bit 4n+j of
 /// hmask[m]; q = low - (high ? 0 : 4) in -4..3; x = d * q3k_scale(e/16) * q.
-struct Q3_K {
-    static constexpr int kSize = 256, kBytes = 110;
+struct Q3_K : BlockOf<GgmlType::Q3_K, 256, 110> {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const uint8_t* hm = b;
         const uint8_t* qs = b + 32;
@@ -232,16 +224,14 @@ LOOM_QB_INLINE void decode_k4(const uint8_t* b, const uint8_t* qh, const uint8_t
 /// Q4_K: {half d; half dmin; uint8 scales[12]; uint8 qs[128]}. For chunk c < 4,
 /// element 64c + l is the low nibble of qs[32c + l] and element 64c + 32 + l its high
 /// nibble; sub-block s = e/32 uses k4_scale_min(s): x = d*sc*q - dmin*mn.
-struct Q4_K {
-    static constexpr int kSize = 256, kBytes = 144;
+struct Q4_K : BlockOf<GgmlType::Q4_K, 256, 144> {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) { decode_k4<false>(b, nullptr, b + 16, y); }
 };
 
 /// Q5_K: {half d; half dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]}: Q4_K
 /// plus a fifth bit: element 64c + l takes bit 2c of qh[l], element 64c + 32 + l bit
 /// 2c+1; x = d*sc*q5 - dmin*mn.
-struct Q5_K {
-    static constexpr int kSize = 256, kBytes = 176;
+struct Q5_K : BlockOf<GgmlType::Q5_K, 256, 176> {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) { decode_k4<true>(b, b + 16, b + 48, y); }
 };
 
@@ -249,8 +239,7 @@ struct Q5_K {
 /// l < 32 and k < 4, element 128n + 32k + l takes its low nibble from ql[64n + l +
 /// 32*(k&1)] (low nibble for k < 2, high for k >= 2) and its top two bits from bits
 /// 2k..2k+1 of qh[32n + l]; x = d * scales[e/16] * (q6 - 32).
-struct Q6_K {
-    static constexpr int kSize = 256, kBytes = 210;
+struct Q6_K : BlockOf<GgmlType::Q6_K, 256, 210> {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const uint8_t* ql = b;
         const uint8_t* qh = b + 128;
@@ -279,8 +268,7 @@ struct Q6_K {
 /// 8 of 32 elements has the 6-bit scale ls = (nibble s%2 of scales_l[s/2]) | (bits
 /// 2s..2s+1 of scales_h) << 4; its 16 bytes qs[16s..] hold elements 32s + j (low
 /// nibble) and 32s + 16 + j (high); x = d * (ls - 32) * kIq4nlValues[nibble].
-struct IQ4_XS {
-    static constexpr int kSize = 256, kBytes = 136;
+struct IQ4_XS : BlockOf<GgmlType::IQ4_XS, 256, 136> {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b);
         const uint16_t sh = load_le<uint16_t>(b + 2);
@@ -289,14 +277,29 @@ struct IQ4_XS {
         for (int s = 0; s < 8; ++s) {
             const int ls = ((sl[s / 2] >> (4 * (s % 2))) & 0xF) | (((sh >> (2 * s)) & 3) << 4);
             const float dl = d * static_cast<float>(ls - 32);
-            const uint8_t* q = qs + 16 * s;
-            float* o = y + 32 * s;
-            for (int j = 0; j < 16; ++j) {
-                o[j] = dl * static_cast<float>(kIq4nlValues[q[j] & 0xF]);
-                o[j + 16] = dl * static_cast<float>(kIq4nlValues[q[j] >> 4]);
-            }
+            split_nibbles(qs + 16 * s, y + 32 * s,
+                          [dl](int q, int) { return dl * static_cast<float>(kIq4nlValues[q]); });
         }
     }
 };
+
+/// The block decoders above, as a list of types (see with_block).
+template <class... Bs>
+struct BlockList {};
+using AllBlocks = BlockList<Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS>;
+
+/// Calls `f.template operator()<B>()` for the decoder B in `list` whose kType is `type` and
+/// returns true; returns false, not calling f, when none is.
+template <class F, class... Bs>
+bool with_block(BlockList<Bs...> /*list*/, uint32_t type, F&& f) {
+    return ((type == static_cast<uint32_t>(Bs::kType) && (f.template operator()<Bs>(), true)) || ...);
+}
+
+/// with_block over every decoder (AllBlocks), e.g.
+/// `with_block(type, [&]<class B>() { B::decode(p, y); })`.
+template <class F>
+bool with_block(uint32_t type, F&& f) {
+    return with_block(AllBlocks{}, type, std::forward<F>(f));
+}
 
 }  // namespace loom::model::blocks

@@ -36,6 +36,7 @@ namespace {
 
 namespace qb = model::blocks;
 using model::GgmlType;
+using qb::q5_high;
 using Acc = float[4][8];
 
 // IQ4_NL level kIq4nlValues[i] for a nibble i, computed instead of looked up: GCC does
@@ -181,9 +182,6 @@ LOOM_QB_INLINE float fused_q4_1(const uint8_t* r, const float* x, int64_t n) {
     }
     return reduce(a);
 }
-
-// Bit 4 of element j of a Q5 block: bit j of qh.
-LOOM_QB_INLINE int32_t q5_high(uint32_t qh, int j) { return static_cast<int32_t>((qh >> j) & 1) << 4; }
 
 LOOM_QB_INLINE float fused_q5_0(const uint8_t* r, const float* x, int64_t n) {
     Acc a = {};
