@@ -100,21 +100,21 @@ std::string forced_family_source(ToolFamily family, const std::vector<FunctionTo
                                  bool parallel) {
     if (family != ToolFamily::Hermes) return "";
     // Appended piece by piece (GCC 12 warns falsely on "literal" + std::string, -Wrestrict).
-    std::string out = R"({"begin":"<tool_call>\n","end":"\n</tool_call>","separator":"\n","repeat":)";
+    std::string out = R"({"separator":"\n","repeat":)";
     out += parallel && !named ? "true" : "false";
-    out += R"(,"schema":{"anyOf":[)";
+    out += R"(,"alternatives":[)";
     bool first = true;
     for (const auto& t : tools) {
         if (named && t.name != *named) continue;
         if (!first) out += ',';
         first = false;
-        out += R"({"type":"object","properties":{"name":{"const":")";
+        out += R"(["<tool_call>\n{\"name\": \")";
         out += t.name;
-        out += R"("},"arguments":)";
+        out += R"(\", \"arguments\": ",)";
         out += t.parameters.empty() ? std::string(R"({"type":"object"})") : t.parameters;
-        out += R"(},"required":["name","arguments"],"additionalProperties":false})";
+        out += R"(,"}\n</tool_call>"])";
     }
-    out += "]}}";
+    out += "]}";
     return out;
 }
 

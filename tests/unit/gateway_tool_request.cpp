@@ -208,15 +208,14 @@ TEST_CASE("forced calls and response formats become one grammar constraint") {
     REQUIRE(r.constraint);
     CHECK(r.constraint->kind == OutputConstraint::Kind::TaggedJson);
     CHECK(r.constraint->value ==
-          R"({"begin":"<tool_call>\n","end":"\n</tool_call>","separator":"\n","repeat":false,"schema":{"anyOf":[)"
-          R"({"type":"object","properties":{"name":{"const":"get_time"},"arguments":{"type":"object"}},)"
-          R"("required":["name","arguments"],"additionalProperties":false}]}})");
+          R"({"separator":"\n","repeat":false,"alternatives":[)"
+          R"(["<tool_call>\n{\"name\": \"get_time\", \"arguments\": ",{"type":"object"},"}\n</tool_call>"]]})");
     CHECK_FALSE(r.output.constrained);
     CHECK(r.output.calls);
     r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": "required"})");
     REQUIRE(r.constraint);
     CHECK(r.constraint->value.find(R"("repeat":true)") != std::string::npos);
-    CHECK(r.constraint->value.find(R"({"const":"get_weather"})") != std::string::npos);
+    CHECK(r.constraint->value.find(R"({\"name\": \"get_weather\", )") != std::string::npos);
     CHECK(json(r.constraint->value).IsObject());
     r = output_of(
         R"({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer"}}}})");
