@@ -57,19 +57,19 @@ Form form_of(ToolFamily family, std::string_view tmpl) {
                                 lit(std::string(kDsCallBegin) + "function" + kDsSep + n + "\n```json\n"), value(a),
                                 lit(std::string("\n```") + kDsCallEnd)};
                         }};
-            return {kDsCallsBegin, kDsCallsEnd, "", [](const std::string& n, const std::string& a) {
-                        return std::vector<Piece>{lit(std::string(kDsCallBegin) + n + kDsSep), value(a), lit(kDsCallEnd)};
-                    }};
+            return {
+                kDsCallsBegin, kDsCallsEnd, "", [](const std::string& n, const std::string& a) {
+                    return std::vector<Piece>{lit(std::string(kDsCallBegin) + n + kDsSep), value(a), lit(kDsCallEnd)};
+                }};
         case ToolFamily::Granite:
             return {"<|tool_call|>[", "]", ", ",
                     [](const std::string& n, const std::string& a) { return json_call("name", "arguments", n, a); }};
         case ToolFamily::CommandR:
             return {"<|START_ACTION|>[\n    ", "\n]<|END_ACTION|>", ",\n    ",
                     [](const std::string& n, const std::string& a) {
-                        return std::vector<Piece>{lit("{\"tool_call_id\": "),
-                                                  value(R"({"type":"string","pattern":"^[0-9]{1,3}$"})"),
-                                                  lit(", \"tool_name\": \"" + n + "\", \"parameters\": "), value(a),
-                                                  lit("}")};
+                        return std::vector<Piece>{
+                            lit("{\"tool_call_id\": "), value(R"({"type":"string","pattern":"^[0-9]{1,3}$"})"),
+                            lit(", \"tool_name\": \"" + n + "\", \"parameters\": "), value(a), lit("}")};
                     }};
         case ToolFamily::GptOss:
             return {"", "", "<|start|>assistant", [](const std::string& n, const std::string& a) {

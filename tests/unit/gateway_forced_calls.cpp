@@ -34,8 +34,9 @@ std::vector<Case> cases() {
                       ce = "<｜tool▁call▁end｜>", sep = "<｜tool▁sep｜>";
     return {
         {"hermes", ToolFamily::Hermes, "Qwen-Qwen2.5-7B-Instruct.jinja",
-         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " + w + "}\n</tool_call>\n<tool_call>\n{\"name\": "
-                                                                          "\"get_time\", \"arguments\": " +
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " + w +
+             "}\n</tool_call>\n<tool_call>\n{\"name\": "
+             "\"get_time\", \"arguments\": " +
              t + "}\n</tool_call>",
          "<tool_call>\n{\"name\": \"get_time\", \"arguments\": " + u + "}\n</tool_call>"},
         {"llama3", ToolFamily::Llama3, "meta-llama-Llama-3.1-8B-Instruct.jinja",
@@ -55,8 +56,8 @@ std::vector<Case> cases() {
          dsb + cb + "get_weather" + sep + w + ce + cb + "get_time" + sep + t + ce + dse,
          dsb + cb + "get_time" + sep + u + ce + dse},
         {"granite", ToolFamily::Granite, "ibm-granite-granite-3.3-2B-Instruct.jinja",
-         "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": " + w + "}, {\"name\": \"get_time\", \"arguments\": " +
-             t + "}]",
+         "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": " + w +
+             "}, {\"name\": \"get_time\", \"arguments\": " + t + "}]",
          "<|tool_call|>[{\"name\": \"get_time\", \"arguments\": " + u + "}]"},
         {"command_r", ToolFamily::CommandR, "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
          "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": " + w +
@@ -90,7 +91,7 @@ TEST_CASE("forced calls: every family's own syntax, accepted by the grammar and 
         CHECK_FALSE(gs.accepts(c.two));  // parallel_tool_calls false: one call
         CHECK(gs.accepts(c.one_time));
         CHECK(gn.accepts(c.one_time));
-        CHECK_FALSE(gn.accepts(c.two));  // a named function: only it, once
+        CHECK_FALSE(gn.accepts(c.two));    // a named function: only it, once
         CHECK_FALSE(gp.accepts(generic));  // not the generic JSON array
         CHECK_FALSE(gp.accepts("Sure. " + c.one_time));
         // get_weather's schema holds: its city is required.
