@@ -1,6 +1,9 @@
 // Forced tool calls in each family's syntax; see forced_calls.hpp.
 #include "gateway/forced_calls.hpp"
 
+#include <stdexcept>
+
+#include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -110,6 +113,25 @@ std::string forced_call_source(ToolFamily family, std::string_view chat_template
     }
     w.EndArray();
     w.EndObject();
+    return {buf.GetString(), buf.GetSize()};
+}
+
+std::string close_reasoning_first(std::string_view source, std::string_view close) {
+    rapidjson::Document d;
+    d.Parse(source.data(), source.size());
+    if (d.HasParseError() || !d.IsObject()) throw std::invalid_argument("close_reasoning_first: not a JSON object");
+    std::string prefix(close);
+    prefix += "\n\n";
+    if (auto it = d.FindMember("prefix"); it != d.MemberEnd() && it->value.IsString()) {
+        prefix.append(it->value.GetString(), it->value.GetStringLength());
+        d.RemoveMember(it);
+    }
+    rapidjson::Value key("prefix"),
+        val(prefix.c_str(), static_cast<rapidjson::SizeType>(prefix.size()), d.GetAllocator());
+    d.AddMember(key, val, d.GetAllocator());
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    d.Accept(w);
     return {buf.GetString(), buf.GetSize()};
 }
 

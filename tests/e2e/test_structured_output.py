@@ -411,6 +411,25 @@ class DeepSeekR1ForcedCalls(ForcedCallsBase):
     prefix, suffix, separator = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "\n"
     call, after = r"<｜tool▁call▁begin｜>function<｜tool▁sep｜>(\w+)\n```json\n" + ARGS, "\n```<｜tool▁call▁end｜>"
 
+    def test_thinking_prompt_closes_reasoning_before_the_calls(self):
+        # enable_thinking: the prompt ends inside <think>; the forced text closes it first,
+        # so the calls are tool_calls, not reasoning.
+        for stream in (False, True):
+            c = self.ask(seed=0, tool_choice={"type": "function", "function": {"name": "get_time"}}, stream=stream,
+                         chat_template_kwargs={"enable_thinking": True})
+            if stream:
+                names = [d["function"]["name"] for ch in c for x in ch.get("choices", [])
+                         for d in x["delta"].get("tool_calls") or [] if d.get("function", {}).get("name")]
+                reasoning = "".join(x["delta"].get("reasoning_content") or "" for ch in c for x in ch.get("choices", []))
+                self.assertEqual(names, ["get_time"])
+                self.assertEqual(reasoning, "")
+                continue
+            self.assertEqual(c["finish_reason"], "tool_calls", c)
+            self.assertFalse(c["message"].get("reasoning_content"))
+            self.check_calls(c["message"]["tool_calls"], ["get_time"])
+            status, body = self.gw.post("/detokenize", {"model": self.model_id, "tokens": c["token_ids"]})
+            self.assertTrue(body["prompt"].startswith("</think>\n\n" + self.prefix), body["prompt"])
+
 
 class GraniteForcedCalls(ForcedCallsBase):
     template = "ibm-granite-granite-3.3-2B-Instruct.jinja"

@@ -159,3 +159,29 @@ TEST_CASE("forced calls: what the templates render for a call is what the gramma
         CHECK(compiled(forced_call_source(detect_tool_family(tmpl), tmpl, one, nullptr, false)).accepts(turn));
     }
 }
+
+TEST_CASE("forced calls after a prompt that opens reasoning close it first") {
+    const std::string get_time = "get_time";
+    const std::string tmpl = template_text("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja");
+    const std::string src =
+        close_reasoning_first(forced_call_source(ToolFamily::DeepSeek, tmpl, kTools, &get_time, true), "</think>");
+    const std::string call =
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+    CHECK(compiled(src).accepts("</think>\n\n" + call));
+    CHECK_FALSE(compiled(src).accepts(call));
+    // A source without a prefix gets one.
+    CHECK(close_reasoning_first(R"({"alternatives":[["x"]]})", "</think>") ==
+          R"({"alternatives":[["x"]],"prefix":"</think>\n\n"})");
+    CHECK_THROWS_AS(close_reasoning_first("[]", "</think>"), std::invalid_argument);
+    // The reasoning parser, told the output starts inside reasoning, gives the rest to the
+    // family's parser: no reasoning, the call.
+    OutputOptions o = tools_of(ToolFamily::DeepSeek);
+    o.reasoning = ReasoningFamily::Think;
+    o.inside_reasoning = true;
+    const Parsed p = parse_all_ways(maker(o), "</think>\n\n" + call);
+    REQUIRE(p.calls.size() == 1);
+    CHECK(p.calls[0].name == "get_time");
+    CHECK(p.reasoning.empty());
+    CHECK(p.content.empty());
+}
