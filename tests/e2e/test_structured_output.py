@@ -15,7 +15,8 @@ that cannot follow instructions, so only the grammar can make its output valid.
   Llama 3.1, Mistral Small 3.2 and Nemo, DeepSeek V3.1 and R1, Granite 3.3, Command R7B,
   gpt-oss), forced calls (required, named; streamed and not) are written in the family's own
   syntax (the tagged_json grammar; checked on the generated ids, detokenized) and parsed by
-  the family's parser into tool_calls whose arguments validate.
+  the family's parser into tool_calls whose arguments validate, the logprob lists spelling
+  each call's name and arguments. DeepSeek R1 with thinking on closes the reasoning first.
 """
 import json
 import math
@@ -332,6 +333,14 @@ class ForcedCallsBase(ModelCopyTestCase):
         found = [(m.group(1), m.group(2)) for m in re.finditer(self.call, raw[len(self.prefix):], re.S)]
         self.assertEqual(found, [(c["function"]["name"], c["function"]["arguments"]) for c in calls], raw)
 
+    def check_logprobs(self, c):
+        """The logprob lists of each call spell its name and arguments: the model's own tokens."""
+        lists = c["logprobs"]["tool_calls"]
+        self.assertEqual(len(lists), len(c["message"]["tool_calls"]))
+        for call, lp in zip(c["message"]["tool_calls"], lists):
+            self.assertEqual(joined_bytes(lp["arguments"]), call["function"]["arguments"].encode())
+            self.assertEqual(joined_bytes(lp["name"]), call["function"]["name"].encode())
+
     def test_required_and_named_calls_in_the_familys_syntax(self):
         for seed in range(3):
             c = self.ask(seed=seed, tool_choice="required", parallel_tool_calls=False)
@@ -340,11 +349,13 @@ class ForcedCallsBase(ModelCopyTestCase):
             self.assertEqual(len(c["message"]["tool_calls"]), 1)
             self.check_calls(c["message"]["tool_calls"], [])
             self.check_native(c["token_ids"], c["message"]["tool_calls"])
+            self.check_logprobs(c)
             c = self.ask(seed=seed, tool_choice={"type": "function", "function": {"name": "get_time"}})
             self.assertEqual(c["finish_reason"], "tool_calls", c)
             self.assertEqual(len(c["message"]["tool_calls"]), 1)
             self.check_calls(c["message"]["tool_calls"], ["get_time"])
             self.check_native(c["token_ids"], c["message"]["tool_calls"])
+            self.check_logprobs(c)
             # Parallel calls: one or more; the model may go on calling until max_tokens, and
             # then every call but the cut last one is complete and valid.
             c = self.ask(seed=seed, tool_choice="required", max_tokens=200)
