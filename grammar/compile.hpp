@@ -1,11 +1,12 @@
-// The entry points: constraints (JSON Schema, JSON object, regex, choice) to a Grammar, and the
-// line-safe text form in which a constraint travels to an engine.
+// The entry points: constraints (JSON Schema, JSON object, regex, choice, tagged JSON) to a
+// Grammar, and the line-safe text form in which a constraint travels to an engine.
 //
 // The gateway sends the constraint itself, not a compiled automaton: the engine compiles it
 // against its own vocabulary (compile() here, then TokenAutomaton). Constraint::to_text() is
-// `json_object`, `json_schema:<schema JSON>`, `regex:<pattern>` or `choice:<JSON array of
-// strings>`, percent-encoded so that it holds no byte <= 0x20, no 0x7F and no '%' (the
-// escaping of loom protocol text values, docs/protocol.md "Lines").
+// `json_object`, `json_schema:<schema JSON>`, `regex:<pattern>`, `choice:<JSON array of
+// strings>` or `tagged_json:<its source JSON, see from_source>`, percent-encoded so that it
+// holds no byte <= 0x20, no 0x7F and no '%' (the escaping of loom protocol text values,
+// docs/protocol.md "Lines").
 #pragma once
 
 #include <string>
