@@ -8,6 +8,7 @@
 #include <rapidjson/writer.h>
 
 #include "gateway/api_types.hpp"
+#include "gateway/forced_calls.hpp"
 
 namespace loom::gateway {
 namespace {
@@ -72,8 +73,9 @@ std::vector<FunctionTool> parse_tools(const Value& tools, bool& strict) {
     return out;
 }
 
-// The grammar of a tool_choice that forces calls: a named function's arguments
-// object, or (required) a list of {"name", "parameters"} calls to the tools.
+// The grammar of a tool_choice that forces calls when the template shows no tool-call
+// syntax (ToolFamily::None; the families' own syntax is forced_calls.hpp): a named
+// function's arguments object, or (required) a list of {"name", "parameters"} calls.
 std::string forced_schema(const std::vector<FunctionTool>& tools, const std::string* named, bool parallel) {
     auto params = [](const FunctionTool& t) {
         return t.parameters.empty() ? std::string("{\"type\":\"object\"}") : t.parameters;
@@ -90,32 +92,6 @@ std::string forced_schema(const std::vector<FunctionTool>& tools, const std::str
     }
     return "{\"type\":\"array\",\"minItems\":1," + std::string(parallel ? "" : "\"maxItems\":1,") +
            "\"items\":{\"anyOf\":[" + items + "]}}";
-}
-
-// Forced calls written in the family's own syntax (the tagged_json grammar kind), for the
-// families whose calls are tagged JSON objects; "" for the others (they get forced_schema's
-// JSON array and the constrained parser). Each call is {"name": <a tool>, "arguments": its
-// parameters}; with parallel calls, one or more.
-std::string forced_family_source(ToolFamily family, const std::vector<FunctionTool>& tools, const std::string* named,
-                                 bool parallel) {
-    if (family != ToolFamily::Hermes) return "";
-    // Appended piece by piece (GCC 12 warns falsely on "literal" + std::string, -Wrestrict).
-    std::string out = R"({"begin":"<tool_call>\n","end":"\n</tool_call>","separator":"\n","repeat":)";
-    out += parallel && !named ? "true" : "false";
-    out += R"(,"schema":{"anyOf":[)";
-    bool first = true;
-    for (const auto& t : tools) {
-        if (named && t.name != *named) continue;
-        if (!first) out += ',';
-        first = false;
-        out += R"({"type":"object","properties":{"name":{"const":")";
-        out += t.name;
-        out += R"("},"arguments":)";
-        out += t.parameters.empty() ? std::string(R"({"type":"object"})") : t.parameters;
-        out += R"(},"required":["name","arguments"],"additionalProperties":false})";
-    }
-    out += "]}}";
-    return out;
 }
 
 void set_constraint(std::optional<OutputConstraint>& c, OutputConstraint next) {
@@ -267,8 +243,8 @@ OutputRequest parse_output_request(const Value& body, bool chat, const ChatForma
     } else if (mode == "required" || mode == "named") {
         o.calls = true;
         const std::string* fn = mode == "named" ? &named : nullptr;
-        if (std::string src = forced_family_source(fmt.tools, r.tools, fn, parallel); !src.empty()) {
-            // The model writes the calls in its own syntax; the family's parser reads them.
+        if (std::string src = forced_call_source(fmt.tools, chat_template, r.tools, fn, parallel); !src.empty()) {
+            // The model writes the calls in its family's syntax; the family's parser reads them.
             set_constraint(r.constraint, {OutputConstraint::Kind::TaggedJson, std::move(src), "tool_choice"});
         } else {
             o.constrained = true;

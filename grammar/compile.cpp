@@ -1,6 +1,9 @@
 // Constraint entry points and their text form; see compile.hpp.
 #include "grammar/compile.hpp"
 
+#include <functional>
+#include <unordered_map>
+
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -51,6 +54,86 @@ std::string percent_decode(std::string_view s) {
     return out;
 }
 
+// Copies the rules of `from` into `into`, their Refs renumbered (shared sub-expressions stay
+// shared); returns the id `from.root` has in `into`.
+int32_t absorb(Rules& into, const Rules& from) {
+    const int32_t base = into.size();
+    for (int32_t id = 0; id < from.size(); ++id) into.add(from.name(id));
+    std::unordered_map<const Expr*, ExprPtr> done;
+    std::function<ExprPtr(const ExprPtr&)> move = [&](const ExprPtr& e) -> ExprPtr {
+        if (e->kind == ExprKind::Ref) return ref(e->rule + base);
+        if (e->items.empty()) return e;
+        if (auto it = done.find(e.get()); it != done.end()) return it->second;
+        auto copy = std::make_shared<Expr>(*e);
+        for (ExprPtr& x : copy->items) x = move(x);
+        ExprPtr out = copy;
+        done.emplace(e.get(), out);
+        return out;
+    };
+    for (int32_t id = 0; id < from.size(); ++id) into.define(base + id, move(from.body(id)));
+    return from.root + base;
+}
+
+std::string tagged_source(const TaggedJson& t) {
+    std::string out = "{\"prefix\":" + json::quote(t.prefix) + ",\"suffix\":" + json::quote(t.suffix) +
+                      ",\"separator\":" + json::quote(t.separator) + ",\"repeat\":" + (t.repeat ? "true" : "false") +
+                      ",\"alternatives\":[";
+    for (size_t a = 0; a < t.alternatives.size(); ++a) {
+        out += a ? ",[" : "[";
+        for (size_t k = 0; k < t.alternatives[a].size(); ++k) {
+            if (k) out += ',';
+            const TaggedPiece& p = t.alternatives[a][k];
+            out += p.schema ? p.text : json::quote(p.text);
+        }
+        out += ']';
+    }
+    return out + "]}";
+}
+
+TaggedJson parse_tagged(std::string_view source) {
+    const char* shape =
+        "constraint: tagged_json: wants {\"prefix\", \"suffix\", \"separator\": strings, \"repeat\": boolean, "
+        "\"alternatives\": a non-empty array of non-empty arrays of strings and JSON Schemas}";
+    rapidjson::Document d;
+    d.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(source.data(), source.size());
+    if (d.HasParseError() || !d.IsObject()) throw GrammarError(shape);
+    TaggedJson t;
+    bool have_alts = false;
+    for (auto m = d.MemberBegin(); m != d.MemberEnd(); ++m) {
+        const std::string_view k(m->name.GetString(), m->name.GetStringLength());
+        const auto& v = m->value;
+        if ((k == "prefix" || k == "suffix" || k == "separator") && v.IsString()) {
+            (k == "prefix"   ? t.prefix
+             : k == "suffix" ? t.suffix
+                             : t.separator) = std::string(v.GetString(), v.GetStringLength());
+        } else if (k == "repeat" && v.IsBool()) {
+            t.repeat = v.GetBool();
+        } else if (k == "alternatives" && v.IsArray() && !v.Empty()) {
+            have_alts = true;
+            for (const auto& a : v.GetArray()) {
+                if (!a.IsArray() || a.Empty()) throw GrammarError(shape);
+                auto& pieces = t.alternatives.emplace_back();
+                for (const auto& x : a.GetArray()) {
+                    if (x.IsString()) {
+                        pieces.push_back({false, std::string(x.GetString(), x.GetStringLength())});
+                    } else if (x.IsObject() || x.IsBool()) {
+                        rapidjson::StringBuffer buf;
+                        rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+                        x.Accept(w);
+                        pieces.push_back({true, std::string(buf.GetString(), buf.GetSize())});
+                    } else {
+                        throw GrammarError(shape);
+                    }
+                }
+            }
+        } else {
+            throw GrammarError(shape);
+        }
+    }
+    if (!have_alts) throw GrammarError(shape);
+    return t;
+}
+
 }  // namespace
 
 Grammar compile_json_schema(std::string_view schema_json, const JsonOptions& opts) {
@@ -82,20 +165,35 @@ Grammar compile_choice(const std::vector<std::string>& choices) {
     return build(r);
 }
 
-Grammar compile_tagged_json(std::string_view begin, std::string_view schema_json, std::string_view end, bool repeat,
-                            std::string_view separator, const JsonOptions& opts) {
-    for (std::string_view tag : {begin, end, separator}) {
+Grammar compile_tagged_json(const TaggedJson& t, const JsonOptions& opts) {
+    auto utf8 = [](std::string_view text) {
         size_t pos = 0;
         uint32_t cp;
-        while (pos < tag.size())
-            if (!next_utf8(tag, pos, cp)) throw GrammarError("tagged_json: a tag is not valid UTF-8");
+        while (pos < text.size())
+            if (!next_utf8(text, pos, cp)) throw GrammarError("tagged_json: a literal is not valid UTF-8");
+    };
+    for (std::string_view tag : {t.prefix, t.suffix, t.separator}) utf8(tag);
+    if (t.alternatives.empty()) throw GrammarError("tagged_json: no alternatives");
+    Rules r;
+    std::vector<ExprPtr> alts;
+    for (const auto& pieces : t.alternatives) {
+        if (pieces.empty()) throw GrammarError("tagged_json: an alternative has no pieces");
+        std::vector<ExprPtr> items;
+        for (const TaggedPiece& p : pieces) {
+            if (p.schema) {
+                items.push_back(ref(absorb(r, json_schema_rules(p.text, opts))));
+            } else {
+                utf8(p.text);
+                items.push_back(lit(p.text));
+            }
+        }
+        alts.push_back(seq(std::move(items)));
     }
-    Rules r = json_schema_rules(schema_json, opts);
-    const int32_t value = r.root;
     const int32_t item = r.add("tagged_item");
-    r.define(item, seq({lit(begin), ref(value), lit(end)}));
+    r.define(item, alt(std::move(alts)));
     r.root = r.add("tagged");
-    r.define(r.root, repeat ? seq({ref(item), star(seq({lit(separator), ref(item)}))}) : ref(item));
+    ExprPtr body = t.repeat ? seq({ref(item), star(seq({lit(t.separator), ref(item)}))}) : ref(item);
+    r.define(r.root, seq({lit(t.prefix), std::move(body), lit(t.suffix)}));
     return build(r);
 }
 
@@ -105,8 +203,7 @@ Grammar compile(const Constraint& c, const JsonOptions& opts) {
         case Constraint::Kind::JsonSchema: return compile_json_schema(c.text, opts);
         case Constraint::Kind::Regex: return compile_regex(c.text);
         case Constraint::Kind::Choice: return compile_choice(c.choices);
-        case Constraint::Kind::TaggedJson:
-            return compile_tagged_json(c.begin, c.text, c.end, c.repeat, c.separator, opts);
+        case Constraint::Kind::TaggedJson: return compile_tagged_json(c.tagged, opts);
     }
     throw GrammarError("unknown constraint kind");
 }
@@ -124,10 +221,7 @@ std::string Constraint::to_text() const {
             }
             return "choice:" + percent_encode(arr + "]");
         }
-        case Kind::TaggedJson:
-            return "tagged_json:" + percent_encode("{\"begin\":" + json::quote(begin) + ",\"end\":" + json::quote(end) +
-                                                   ",\"separator\":" + json::quote(separator) + ",\"repeat\":" +
-                                                   (repeat ? "true" : "false") + ",\"schema\":" + text + "}");
+        case Kind::TaggedJson: return "tagged_json:" + percent_encode(tagged_source(tagged));
     }
     return "";
 }
@@ -154,31 +248,7 @@ Constraint Constraint::from_source(std::string_view kind, std::string_view sourc
         }
     } else if (kind == "tagged_json") {
         c.kind = Kind::TaggedJson;
-        rapidjson::Document d;
-        d.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(source.data(), source.size());
-        const char* shape =
-            "constraint: tagged_json: wants {\"begin\", \"end\", \"separator\": strings, \"repeat\": boolean, "
-            "\"schema\": a JSON Schema}";
-        if (d.HasParseError() || !d.IsObject()) throw GrammarError(shape);
-        for (auto m = d.MemberBegin(); m != d.MemberEnd(); ++m) {
-            const std::string_view k(m->name.GetString(), m->name.GetStringLength());
-            const auto& v = m->value;
-            if ((k == "begin" || k == "end" || k == "separator") && v.IsString()) {
-                (k == "begin" ? c.begin
-                 : k == "end" ? c.end
-                              : c.separator) = std::string(v.GetString(), v.GetStringLength());
-            } else if (k == "repeat" && v.IsBool()) {
-                c.repeat = v.GetBool();
-            } else if (k == "schema" && (v.IsObject() || v.IsBool())) {
-                rapidjson::StringBuffer buf;
-                rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-                v.Accept(w);
-                c.text.assign(buf.GetString(), buf.GetSize());
-            } else {
-                throw GrammarError(shape);
-            }
-        }
-        if (c.text.empty()) throw GrammarError(shape);
+        c.tagged = parse_tagged(source);
     } else {
         throw GrammarError("constraint: unknown kind '" + std::string(kind) +
                            "' (want json_object, json_schema, regex, choice or tagged_json)");

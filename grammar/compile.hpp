@@ -1,11 +1,12 @@
-// The entry points: constraints (JSON Schema, JSON object, regex, choice) to a Grammar, and the
-// line-safe text form in which a constraint travels to an engine.
+// The entry points: constraints (JSON Schema, JSON object, regex, choice, tagged JSON) to a
+// Grammar, and the line-safe text form in which a constraint travels to an engine.
 //
 // The gateway sends the constraint itself, not a compiled automaton: the engine compiles it
 // against its own vocabulary (compile() here, then TokenAutomaton). Constraint::to_text() is
-// `json_object`, `json_schema:<schema JSON>`, `regex:<pattern>` or `choice:<JSON array of
-// strings>`, percent-encoded so that it holds no byte <= 0x20, no 0x7F and no '%' (the
-// escaping of loom protocol text values, docs/protocol.md "Lines").
+// `json_object`, `json_schema:<schema JSON>`, `regex:<pattern>`, `choice:<JSON array of
+// strings>` or `tagged_json:<its source JSON, see from_source>`, percent-encoded so that it
+// holds no byte <= 0x20, no 0x7F and no '%' (the escaping of loom protocol text values,
+// docs/protocol.md "Lines").
 #pragma once
 
 #include <string>
@@ -32,21 +33,34 @@ Grammar compile_regex(std::string_view pattern);
 /// empty or a choice is not valid UTF-8.
 Grammar compile_choice(const std::vector<std::string>& choices);
 
-/// Tagged JSON values: `begin`, JSON text valid against `schema_json`, `end`; with `repeat`,
-/// one or more such items joined by `separator`, else exactly one. The shape of a model's tool
-/// calls in its template family's syntax (Hermes: `<tool_call>\n{...}\n</tool_call>`).
-/// Throws SchemaError as compile_json_schema, GrammarError for tags that are not UTF-8.
-Grammar compile_tagged_json(std::string_view begin, std::string_view schema_json, std::string_view end, bool repeat,
-                            std::string_view separator, const JsonOptions& opts = {});
+/// One piece of a tagged item: literal bytes, or a JSON value valid against a JSON Schema.
+struct TaggedPiece {
+    bool schema = false;  ///< true: `text` is a JSON Schema document; false: literal bytes
+    std::string text;
+};
+
+/// The tagged_json shape: `prefix`, one item, `suffix`; with `repeat`, one or more items
+/// joined by `separator`. An item is one of `alternatives`, each a sequence of pieces (say
+/// `<tool_call>\n{"name": "f", "arguments": `, the schema of f's arguments, `}\n</tool_call>`).
+/// The shape of a model's tool calls in its template family's syntax.
+struct TaggedJson {
+    std::string prefix, suffix, separator;
+    bool repeat = false;
+    std::vector<std::vector<TaggedPiece>> alternatives;
+};
+
+/// The language of `t` (see TaggedJson). Each schema piece compiles on its own (its `$ref`s
+/// point into itself). Throws SchemaError as compile_json_schema for a piece's schema,
+/// GrammarError for a literal that is not UTF-8, no alternatives or an empty one.
+Grammar compile_tagged_json(const TaggedJson& t, const JsonOptions& opts = {});
 
 /// A constraint as the gateway states it.
 struct Constraint {
     enum class Kind { JsonObject, JsonSchema, Regex, Choice, TaggedJson };
     Kind kind = Kind::JsonObject;
-    std::string text;                   ///< the schema JSON or the regex
-    std::vector<std::string> choices;   ///< Choice
-    std::string begin, end, separator;  ///< TaggedJson (text is the schema)
-    bool repeat = false;                ///< TaggedJson
+    std::string text;                  ///< the schema JSON or the regex
+    std::vector<std::string> choices;  ///< Choice
+    TaggedJson tagged;                 ///< TaggedJson
 
     /// The line-safe form (see the file comment). Throws GrammarError for a choice that is
     /// not valid UTF-8.
@@ -55,10 +69,12 @@ struct Constraint {
     static Constraint from_text(std::string_view text);
     /// The constraint of a protocol `grammar=<kind>:<source>` (docs/protocol.md, "Grammars"):
     /// kind json_object (source empty), json_schema (the schema JSON), regex (the pattern),
-    /// choice (a JSON array of strings) or tagged_json (a JSON object {"begin", "end",
-    /// "separator": strings, "repeat": boolean, "schema": a JSON Schema}; see
-    /// compile_tagged_json). Throws GrammarError for another kind, a json_object with a
-    /// source, or a choice / tagged_json source of another shape.
+    /// choice (a JSON array of strings) or tagged_json (a JSON object {"prefix", "suffix",
+    /// "separator": strings, "repeat": boolean, "alternatives": a non-empty array of
+    /// non-empty arrays whose strings are literal text and whose objects or booleans are JSON
+    /// Schemas}; "prefix", "suffix", "separator" and "repeat" may be left out: "", false; see
+    /// TaggedJson). Throws GrammarError for another kind, a json_object with a source, or a
+    /// choice / tagged_json source of another shape.
     static Constraint from_source(std::string_view kind, std::string_view source);
 };
 

@@ -122,7 +122,8 @@ using EngineLine = std::variant<Hello, Token, Logprobs, PromptLogprobs, Done, Er
 /// constraint as the gateway states it; the engine compiles it against its own vocabulary.
 /// Known kinds: json_schema (source: a JSON Schema document), json_object (source empty),
 /// regex (an ECMAScript pattern matched in full), choice (a JSON array of strings),
-/// tagged_json (JSON values between literal tags: forced tool calls in a family's syntax). The
+/// tagged_json (a prefix, items of literal text and JSON values, one of several alternatives
+/// each, joined by a separator, a suffix: forced tool calls in a family's syntax). The
 /// protocol library carries any kind of 1..32 bytes of [a-z0-9_]; the engine refuses
 /// kinds it does not know with ERR.
 struct GrammarSpec {

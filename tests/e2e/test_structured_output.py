@@ -11,17 +11,23 @@ that cannot follow instructions, so only the grammar can make its output valid.
   over the whole vocabulary (the allowed token's raw logprob is below the processed one).
 - json_object, guided_choice and guided_regex; tool_choice "required" and a named function
   give tool_calls whose arguments validate; what loom cannot enforce is a 400 naming it.
-- With Qwen2.5's chat template embedded in a copy of stories260K (Hermes family), forced
-  calls are written in Hermes' own syntax (<tool_call>...</tool_call>, the tagged_json
-  grammar) and parsed by the Hermes parser, streamed and not.
+- With each tool-call family's chat template embedded in a copy of stories260K (Qwen2.5,
+  Llama 3.1, Mistral Small 3.2 and Nemo, DeepSeek V3.1 and R1, Granite 3.3, Command R7B,
+  gpt-oss), forced calls (required, named; streamed and not) are written in the family's own
+  syntax (the tagged_json grammar; checked on the generated ids, detokenized) and parsed by
+  the family's parser into tool_calls whose arguments validate, the logprob lists spelling
+  each call's name and arguments. DeepSeek R1 with thinking on closes the reasoning first.
 """
 import json
 import math
 import os
+import re
 import sys
+import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from loomtest import GatewayTestCase, ModelCopyTestCase, chat_choices, joined_bytes, main, shared  # noqa: E402
+import gguf_edit  # noqa: E402
+from loomtest import Gateway, GatewayTestCase, ModelCopyTestCase, chat_choices, joined_bytes, main, shared  # noqa: E402
 
 MODEL = shared("models/stories260K.gguf")
 MESSAGES = [{"role": "user", "content": "Tell me about a cat."}]
@@ -260,21 +266,39 @@ WEATHER = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]},
            "required": ["city", "days"], "additionalProperties": False}
 TZ = {"type": "object", "properties": {"tz": {"enum": ["UTC", "CET"]}}, "required": ["tz"],
       "additionalProperties": False}
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
-         {"type": "function", "function": {"name": "get_time", "parameters": TZ}}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "description": "Time", "parameters": TZ}}]
 
 
-class HermesForcedCalls(ModelCopyTestCase):
-    """The CPU engine on a copy of stories260K with Qwen2.5's template: no tokens added, so
-    <tool_call> is spelled by ordinary tokens and only the grammar makes the model write it."""
+ARGS = r"(\{.*?\})"  # a call's arguments in a native-syntax pattern (lazy: `after` follows them)
+
+
+class ForcedCallsBase(ModelCopyTestCase):
+    """The CPU engine on a copy of stories260K with a family's `template` and no tokens added,
+    so the family's markers are spelled by ordinary tokens and only the grammar makes the
+    model write them. Forced calls (required and named, streamed and not) must come back as
+    tool_calls whose arguments validate, and the text the model generated (its token ids,
+    detokenized) must be the family's own syntax: `prefix`, calls (each matching `call`,
+    groups name and arguments, then the literal `after`) joined by `separator`, `suffix`."""
 
     source_model = MODEL
-    template = "Qwen-Qwen2.5-7B-Instruct.jinja"
-    model_id = "qwen-copy"
+    template = None
+    prefix, suffix, separator, call, after = "", "", "", None, ""
+
+    @classmethod
+    def setUpClass(cls):
+        if cls.template is None:
+            raise unittest.SkipTest("the base class")
+        # No SentencePiece space prefix, so that the generated ids detokenize byte for byte.
+        # A longer context: Command R7B's and Mistral's templates render long system prompts.
+        path, _ = cls.copy_model(set_kv={"tokenizer.ggml.add_space_prefix": (gguf_edit.BOOL, False),
+                                         "llama.context_length": (gguf_edit.U32, 8192)})
+        cls.gw = Gateway(path)
+        cls.gw.wait_ready()
 
     def ask(self, **extra):
-        body = {"model": "qwen-copy", "messages": MESSAGES, "tools": TOOLS, "max_tokens": 300,
-                "logprobs": True}
+        body = {"model": self.model_id, "messages": MESSAGES, "tools": TOOLS, "max_tokens": 300,
+                "logprobs": True, "return_token_ids": True}
         body.update(extra)
         return self.completion(body)
 
@@ -283,40 +307,157 @@ class HermesForcedCalls(ModelCopyTestCase):
         for c in calls:
             schema = WEATHER if c["function"]["name"] == "get_weather" else TZ
             validate(json.loads(c["function"]["arguments"]), schema, schema)
-            self.assertRegex(c["id"], r"^call_[A-Za-z0-9]{24}$")
+            self.assertRegex(c["id"], self.id_pattern)
 
-    def test_required_and_named_calls_in_hermes_syntax(self):
+    id_pattern = r"^call_[A-Za-z0-9]{24}$"
+
+    def check_native(self, token_ids, calls, parallel=False):
+        """The generated ids spell the calls in the family's syntax, exactly those parsed."""
+        status, body = self.gw.post("/detokenize", {"model": self.model_id, "tokens": token_ids})
+        self.assertEqual(status, 200, body)
+        raw = body["prompt"]
+        one = self.call + re.escape(self.after)
+        whole = re.escape(self.prefix) + one + "(?:" + re.escape(self.separator) + one + ")*" + re.escape(self.suffix)
+        # With one call (parallel_tool_calls false), the gateway ends the output once the
+        # parser has read the call, so the model may not have written all of the closing
+        # literal: then the raw text plus the rest of it must be the syntax.
+        closing = self.after + self.suffix
+        if not parallel:
+            # A cut may fall inside a character the model spells byte by byte (DeepSeek's
+            # ｜ and ▁): its first bytes detokenize as U+FFFD.
+            raw = raw.rstrip("\ufffd")
+        cuts = [k for k in range(len(closing) + 1) if raw.endswith(closing[:k])]
+        self.assertTrue(any(re.fullmatch(whole, raw + closing[k:], re.S) for k in cuts), raw)
+        if len(calls) > 1 or parallel:
+            self.assertIsNotNone(re.fullmatch(whole, raw, re.S), raw)
+        found = [(m.group(1), m.group(2)) for m in re.finditer(self.call, raw[len(self.prefix):], re.S)]
+        self.assertEqual(found, [(c["function"]["name"], c["function"]["arguments"]) for c in calls], raw)
+
+    def check_logprobs(self, c):
+        """The logprob lists of each call spell its name and arguments: the model's own tokens."""
+        lists = c["logprobs"]["tool_calls"]
+        self.assertEqual(len(lists), len(c["message"]["tool_calls"]))
+        for call, lp in zip(c["message"]["tool_calls"], lists):
+            self.assertEqual(joined_bytes(lp["arguments"]), call["function"]["arguments"].encode())
+            self.assertEqual(joined_bytes(lp["name"]), call["function"]["name"].encode())
+
+    def test_required_and_named_calls_in_the_familys_syntax(self):
         for seed in range(3):
             c = self.ask(seed=seed, tool_choice="required", parallel_tool_calls=False)
             self.assertEqual(c["finish_reason"], "tool_calls", c)
             self.assertIsNone(c["message"]["content"])
             self.assertEqual(len(c["message"]["tool_calls"]), 1)
             self.check_calls(c["message"]["tool_calls"], [])
+            self.check_native(c["token_ids"], c["message"]["tool_calls"])
+            self.check_logprobs(c)
             c = self.ask(seed=seed, tool_choice={"type": "function", "function": {"name": "get_time"}})
             self.assertEqual(c["finish_reason"], "tool_calls", c)
             self.assertEqual(len(c["message"]["tool_calls"]), 1)
             self.check_calls(c["message"]["tool_calls"], ["get_time"])
+            self.check_native(c["token_ids"], c["message"]["tool_calls"])
+            self.check_logprobs(c)
             # Parallel calls: one or more; the model may go on calling until max_tokens, and
             # then every call but the cut last one is complete and valid.
             c = self.ask(seed=seed, tool_choice="required", max_tokens=200)
             calls = c["message"]["tool_calls"]
             self.assertGreaterEqual(len(calls), 1)
             self.check_calls(calls if c["finish_reason"] == "tool_calls" else calls[:-1], [])
+            if c["finish_reason"] == "tool_calls":
+                self.check_native(c["token_ids"], calls, parallel=True)
 
-    def test_streamed_forced_call(self):
-        chunks = self.ask(seed=5, stream=True, tool_choice={"type": "function", "function": {"name": "get_weather"}})
-        calls = {}
-        finish = None
-        for ch in chunks:
-            for choice in ch.get("choices", []):
-                finish = choice["finish_reason"] or finish
-                for d in choice["delta"].get("tool_calls") or []:
-                    cur = calls.setdefault(d["index"], {"id": d.get("id"), "function": {"name": "", "arguments": ""}})
-                    cur["function"]["name"] += d.get("function", {}).get("name") or ""
-                    cur["function"]["arguments"] += d.get("function", {}).get("arguments") or ""
-        self.assertEqual(finish, "tool_calls")
-        self.assertEqual(len(calls), 1)
-        self.check_calls([calls[0]], ["get_weather"])
+    def test_streamed_forced_calls(self):
+        for choice, names in (({"type": "function", "function": {"name": "get_weather"}}, ["get_weather"]),
+                              ("required", [])):
+            chunks = self.ask(seed=5, stream=True, tool_choice=choice, parallel_tool_calls=False)
+            calls, ids = {}, []
+            finish = None
+            for ch in chunks:
+                for c in ch.get("choices", []):
+                    finish = c["finish_reason"] or finish
+                    ids += c.get("token_ids") or []
+                    for d in c["delta"].get("tool_calls") or []:
+                        cur = calls.setdefault(d["index"], {"id": d.get("id"),
+                                                            "function": {"name": "", "arguments": ""}})
+                        cur["function"]["name"] += d.get("function", {}).get("name") or ""
+                        cur["function"]["arguments"] += d.get("function", {}).get("arguments") or ""
+            self.assertEqual(finish, "tool_calls")
+            self.assertEqual(len(calls), 1)
+            self.check_calls([calls[0]], names)
+            self.check_native(ids, [calls[0]])
+
+
+class HermesForcedCalls(ForcedCallsBase):
+    template = "Qwen-Qwen2.5-7B-Instruct.jinja"
+    separator = "\n"
+    call, after = r'<tool_call>\n\{"name": "(\w+)", "arguments": ' + ARGS, "}\n</tool_call>"
+
+
+class Llama3ForcedCalls(ForcedCallsBase):
+    template = "meta-llama-Llama-3.1-8B-Instruct.jinja"
+    separator = "; "
+    call, after = r'\{"name": "(\w+)", "parameters": ' + ARGS, "}"
+
+
+class MistralForcedCalls(ForcedCallsBase):
+    template = "Mistral-Small-3.2-24B-Instruct-2506.jinja"
+    call = r"\[TOOL_CALLS\](\w+)\[ARGS\]" + ARGS
+    id_pattern = r"^[A-Za-z0-9]{9}$"
+
+
+class MistralNemoForcedCalls(ForcedCallsBase):
+    template = "mistralai-Mistral-Nemo-Instruct-2407.jinja"
+    prefix, suffix, separator = "[TOOL_CALLS][", "]", ", "
+    call, after = r'\{"name": "(\w+)", "arguments": ' + ARGS + r', "id": "[A-Za-z0-9]{9}"', "}"
+    id_pattern = r"^[A-Za-z0-9]{9}$"
+
+
+class DeepSeekV31ForcedCalls(ForcedCallsBase):
+    template = "deepseek-ai-DeepSeek-V3.1.jinja"
+    prefix, suffix = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+    call, after = r"<｜tool▁call▁begin｜>(\w+)<｜tool▁sep｜>" + ARGS, "<｜tool▁call▁end｜>"
+
+
+class DeepSeekR1ForcedCalls(ForcedCallsBase):
+    template = "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
+    prefix, suffix, separator = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "\n"
+    call, after = r"<｜tool▁call▁begin｜>function<｜tool▁sep｜>(\w+)\n```json\n" + ARGS, "\n```<｜tool▁call▁end｜>"
+
+    def test_thinking_prompt_closes_reasoning_before_the_calls(self):
+        # enable_thinking: the prompt ends inside <think>; the forced text closes it first,
+        # so the calls are tool_calls, not reasoning.
+        for stream in (False, True):
+            c = self.ask(seed=0, tool_choice={"type": "function", "function": {"name": "get_time"}}, stream=stream,
+                         chat_template_kwargs={"enable_thinking": True})
+            if stream:
+                names = [d["function"]["name"] for ch in c for x in ch.get("choices", [])
+                         for d in x["delta"].get("tool_calls") or [] if d.get("function", {}).get("name")]
+                reasoning = "".join(x["delta"].get("reasoning_content") or "" for ch in c for x in ch.get("choices", []))
+                self.assertEqual(names, ["get_time"])
+                self.assertEqual(reasoning, "")
+                continue
+            self.assertEqual(c["finish_reason"], "tool_calls", c)
+            self.assertFalse(c["message"].get("reasoning_content"))
+            self.check_calls(c["message"]["tool_calls"], ["get_time"])
+            status, body = self.gw.post("/detokenize", {"model": self.model_id, "tokens": c["token_ids"]})
+            self.assertTrue(body["prompt"].startswith("</think>\n\n" + self.prefix), body["prompt"])
+
+
+class GraniteForcedCalls(ForcedCallsBase):
+    template = "ibm-granite-granite-3.3-2B-Instruct.jinja"
+    prefix, suffix, separator = "<|tool_call|>[", "]", ", "
+    call, after = r'\{"name": "(\w+)", "arguments": ' + ARGS, "}"
+
+
+class CommandRForcedCalls(ForcedCallsBase):
+    template = "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja"
+    prefix, suffix, separator = "<|START_ACTION|>[\n    ", "\n]<|END_ACTION|>", ",\n    "
+    call, after = r'\{"tool_call_id": "[0-9]{1,3}", "tool_name": "(\w+)", "parameters": ' + ARGS, "}"
+
+
+class GptOssForcedCalls(ForcedCallsBase):
+    template = "openai-gpt-oss-120b.jinja"
+    separator = "<|start|>assistant"
+    call, after = r" to=functions\.(\w+)<\|channel\|>commentary json<\|message\|>" + ARGS, "<|call|>"
 
 
 if __name__ == "__main__":

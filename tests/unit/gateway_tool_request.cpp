@@ -182,18 +182,18 @@ TEST_CASE("tools and tool_choice: validation and what the output parser is told"
 }
 
 TEST_CASE("forced calls and response formats become one grammar constraint") {
-    // Families without a tagged syntax (here llama3): a JSON Schema of the call(s), read by
-    // the constrained parser.
-    const ChatFormat llama3{ToolFamily::Llama3, ReasoningFamily::None};
+    // A template with no tool-call syntax (ToolFamily::None): a JSON Schema of the call(s),
+    // read by the constrained parser.
+    const ChatFormat none{ToolFamily::None, ReasoningFamily::None};
     OutputRequest r = output_of(
         R"({"tools": )" + kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})",
-        llama3);
+        none);
     REQUIRE(r.constraint);
     CHECK(r.constraint->param == "tool_choice");
     CHECK(r.constraint->value == R"({"type":"object","properties":{"city":{"type":"string"}}})");
     CHECK(r.output.constrained);
     CHECK(r.output.function == "get_weather");
-    r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": "required", "parallel_tool_calls": false})", llama3);
+    r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": "required", "parallel_tool_calls": false})", none);
     REQUIRE(r.constraint);
     CHECK(
         r.constraint->value ==
@@ -202,21 +202,28 @@ TEST_CASE("forced calls and response formats become one grammar constraint") {
         R"({"type":"object","properties":{"name":{"const":"get_time"},"parameters":{"type":"object"}},"required":["name","parameters"]}]}})");
     CHECK_FALSE(r.output.function);
     CHECK(json(r.constraint->value).IsObject());  // it is JSON
+    // Every family with a syntax (here llama3): the calls in it (tagged_json), read by its own
+    // parser (each family's source: gateway_forced_calls.cpp).
+    r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": "required"})",
+                  ChatFormat{ToolFamily::Llama3, ReasoningFamily::None});
+    REQUIRE(r.constraint);
+    CHECK(r.constraint->kind == OutputConstraint::Kind::TaggedJson);
+    CHECK(r.constraint->value.find(R"("separator":"; ","repeat":true)") != std::string::npos);
+    CHECK_FALSE(r.output.constrained);
     // Hermes: the calls in its own syntax (tagged_json), read by the Hermes parser.
     r = output_of(R"({"tools": )" + kTools +
                   R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}}})");
     REQUIRE(r.constraint);
     CHECK(r.constraint->kind == OutputConstraint::Kind::TaggedJson);
     CHECK(r.constraint->value ==
-          R"({"begin":"<tool_call>\n","end":"\n</tool_call>","separator":"\n","repeat":false,"schema":{"anyOf":[)"
-          R"({"type":"object","properties":{"name":{"const":"get_time"},"arguments":{"type":"object"}},)"
-          R"("required":["name","arguments"],"additionalProperties":false}]}})");
+          R"({"separator":"\n","repeat":false,"alternatives":[)"
+          R"(["<tool_call>\n{\"name\": \"get_time\", \"arguments\": ",{"type":"object"},"}\n</tool_call>"]]})");
     CHECK_FALSE(r.output.constrained);
     CHECK(r.output.calls);
     r = output_of(R"({"tools": )" + kTools + R"(, "tool_choice": "required"})");
     REQUIRE(r.constraint);
     CHECK(r.constraint->value.find(R"("repeat":true)") != std::string::npos);
-    CHECK(r.constraint->value.find(R"({"const":"get_weather"})") != std::string::npos);
+    CHECK(r.constraint->value.find(R"({\"name\": \"get_weather\", )") != std::string::npos);
     CHECK(json(r.constraint->value).IsObject());
     r = output_of(
         R"({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer"}}}})");

@@ -1,0 +1,138 @@
+// Forced tool calls in each family's syntax; see forced_calls.hpp.
+#include "gateway/forced_calls.hpp"
+
+#include <stdexcept>
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+namespace loom::gateway {
+namespace {
+
+// A piece of a tagged_json alternative: literal text, or a JSON Schema (JSON text).
+struct Piece {
+    bool schema;
+    std::string text;
+};
+
+Piece lit(std::string s) { return {false, std::move(s)}; }
+Piece value(std::string schema_json) { return {true, std::move(schema_json)}; }
+
+// A family's form: around the calls, between them, and one call of name N with arguments A.
+struct Form {
+    std::string prefix, suffix, separator;
+    std::vector<Piece> (*call)(const std::string& name, const std::string& args);
+};
+
+const char kDsCallsBegin[] = "<｜tool▁calls▁begin｜>", kDsCallsEnd[] = "<｜tool▁calls▁end｜>",
+           kDsCallBegin[] = "<｜tool▁call▁begin｜>", kDsCallEnd[] = "<｜tool▁call▁end｜>", kDsSep[] = "<｜tool▁sep｜>";
+
+// {"<name key>": "N", "<args key>": A}
+std::vector<Piece> json_call(const char* name_key, const char* args_key, const std::string& n, const std::string& a) {
+    return {lit(std::string("{\"") + name_key + "\": \"" + n + "\", \"" + args_key + "\": "), value(a), lit("}")};
+}
+
+Form form_of(ToolFamily family, std::string_view tmpl) {
+    switch (family) {
+        case ToolFamily::Hermes:
+            return {"", "", "\n", [](const std::string& n, const std::string& a) {
+                        return std::vector<Piece>{lit("<tool_call>\n{\"name\": \"" + n + "\", \"arguments\": "),
+                                                  value(a), lit("}\n</tool_call>")};
+                    }};
+        case ToolFamily::Llama3:
+            return {"", "", "; ",
+                    [](const std::string& n, const std::string& a) { return json_call("name", "parameters", n, a); }};
+        case ToolFamily::Mistral:
+            if (tmpl.find("[ARGS]") != std::string_view::npos)
+                return {"", "", "", [](const std::string& n, const std::string& a) {
+                            return std::vector<Piece>{lit("[TOOL_CALLS]" + n + "[ARGS]"), value(a)};
+                        }};
+            return {"[TOOL_CALLS][", "]", ", ", [](const std::string& n, const std::string& a) {
+                        return std::vector<Piece>{lit("{\"name\": \"" + n + "\", \"arguments\": "), value(a),
+                                                  lit(", \"id\": "),
+                                                  value(R"({"type":"string","pattern":"^[A-Za-z0-9]{9}$"})"), lit("}")};
+                    }};
+        case ToolFamily::DeepSeek:
+            if (tmpl.find("```json") != std::string_view::npos)
+                return {kDsCallsBegin, kDsCallsEnd, "\n", [](const std::string& n, const std::string& a) {
+                            return std::vector<Piece>{
+                                lit(std::string(kDsCallBegin) + "function" + kDsSep + n + "\n```json\n"), value(a),
+                                lit(std::string("\n```") + kDsCallEnd)};
+                        }};
+            return {
+                kDsCallsBegin, kDsCallsEnd, "", [](const std::string& n, const std::string& a) {
+                    return std::vector<Piece>{lit(std::string(kDsCallBegin) + n + kDsSep), value(a), lit(kDsCallEnd)};
+                }};
+        case ToolFamily::Granite:
+            return {"<|tool_call|>[", "]", ", ",
+                    [](const std::string& n, const std::string& a) { return json_call("name", "arguments", n, a); }};
+        case ToolFamily::CommandR:
+            return {"<|START_ACTION|>[\n    ", "\n]<|END_ACTION|>", ",\n    ",
+                    [](const std::string& n, const std::string& a) {
+                        return std::vector<Piece>{
+                            lit("{\"tool_call_id\": "), value(R"({"type":"string","pattern":"^[0-9]{1,3}$"})"),
+                            lit(", \"tool_name\": \"" + n + "\", \"parameters\": "), value(a), lit("}")};
+                    }};
+        case ToolFamily::GptOss:
+            return {"", "", "<|start|>assistant", [](const std::string& n, const std::string& a) {
+                        return std::vector<Piece>{lit(" to=functions." + n + "<|channel|>commentary json<|message|>"),
+                                                  value(a), lit("<|call|>")};
+                    }};
+        case ToolFamily::None: break;
+    }
+    return {"", "", "", nullptr};
+}
+
+}  // namespace
+
+std::string forced_call_source(ToolFamily family, std::string_view chat_template,
+                               const std::vector<FunctionTool>& tools, const std::string* named, bool parallel) {
+    const Form f = form_of(family, chat_template);
+    if (!f.call) return "";
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    auto str = [&](const std::string& s) { w.String(s.data(), static_cast<rapidjson::SizeType>(s.size())); };
+    w.StartObject();
+    for (const auto& [key, val] : {std::pair{"prefix", &f.prefix}, {"suffix", &f.suffix}, {"separator", &f.separator}})
+        if (!val->empty()) {
+            w.Key(key);
+            str(*val);
+        }
+    w.Key("repeat");
+    w.Bool(parallel && !named);
+    w.Key("alternatives");
+    w.StartArray();
+    for (const auto& t : tools) {
+        if (named && t.name != *named) continue;
+        w.StartArray();
+        for (const Piece& p : f.call(t.name, t.parameters.empty() ? std::string(R"({"type":"object"})") : t.parameters))
+            if (p.schema) w.RawValue(p.text.data(), p.text.size(), rapidjson::kObjectType);
+            else str(p.text);
+        w.EndArray();
+    }
+    w.EndArray();
+    w.EndObject();
+    return {buf.GetString(), buf.GetSize()};
+}
+
+std::string close_reasoning_first(std::string_view source, std::string_view close) {
+    rapidjson::Document d;
+    d.Parse(source.data(), source.size());
+    if (d.HasParseError() || !d.IsObject()) throw std::invalid_argument("close_reasoning_first: not a JSON object");
+    std::string prefix(close);
+    prefix += "\n\n";
+    if (auto it = d.FindMember("prefix"); it != d.MemberEnd() && it->value.IsString()) {
+        prefix.append(it->value.GetString(), it->value.GetStringLength());
+        d.RemoveMember(it);
+    }
+    rapidjson::Value key("prefix"),
+        val(prefix.c_str(), static_cast<rapidjson::SizeType>(prefix.size()), d.GetAllocator());
+    d.AddMember(key, val, d.GetAllocator());
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    d.Accept(w);
+    return {buf.GetString(), buf.GetSize()};
+}
+
+}  // namespace loom::gateway
