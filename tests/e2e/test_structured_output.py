@@ -273,6 +273,12 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 ARGS = r"(\{.*?\})"  # a call's arguments in a native-syntax pattern (lazy: `after` follows them)
 
 
+def json_call(name_key="name", args_key="arguments", lead=""):
+    """`call` for a call written as one JSON object, `{` `lead` then the name and arguments
+    members; the family's `after` closes the object."""
+    return r"\{" + lead + '"' + name_key + r'": "(\w+)", "' + args_key + '": ' + ARGS
+
+
 class ForcedCallsBase(ModelCopyTestCase):
     """The CPU engine on a copy of stories260K with a family's `template` and no tokens added,
     so the family's markers are spelled by ordinary tokens and only the grammar makes the
@@ -389,13 +395,13 @@ class ForcedCallsBase(ModelCopyTestCase):
 class HermesForcedCalls(ForcedCallsBase):
     template = "Qwen-Qwen2.5-7B-Instruct.jinja"
     separator = "\n"
-    call, after = r'<tool_call>\n\{"name": "(\w+)", "arguments": ' + ARGS, "}\n</tool_call>"
+    call, after = r"<tool_call>\n" + json_call(), "}\n</tool_call>"
 
 
 class Llama3ForcedCalls(ForcedCallsBase):
     template = "meta-llama-Llama-3.1-8B-Instruct.jinja"
     separator = "; "
-    call, after = r'\{"name": "(\w+)", "parameters": ' + ARGS, "}"
+    call, after = json_call(args_key="parameters"), "}"
 
 
 class MistralForcedCalls(ForcedCallsBase):
@@ -407,7 +413,7 @@ class MistralForcedCalls(ForcedCallsBase):
 class MistralNemoForcedCalls(ForcedCallsBase):
     template = "mistralai-Mistral-Nemo-Instruct-2407.jinja"
     prefix, suffix, separator = "[TOOL_CALLS][", "]", ", "
-    call, after = r'\{"name": "(\w+)", "arguments": ' + ARGS + r', "id": "[A-Za-z0-9]{9}"', "}"
+    call, after = json_call() + r', "id": "[A-Za-z0-9]{9}"', "}"
     id_pattern = r"^[A-Za-z0-9]{9}$"
 
 
@@ -445,13 +451,13 @@ class DeepSeekR1ForcedCalls(ForcedCallsBase):
 class GraniteForcedCalls(ForcedCallsBase):
     template = "ibm-granite-granite-3.3-2B-Instruct.jinja"
     prefix, suffix, separator = "<|tool_call|>[", "]", ", "
-    call, after = r'\{"name": "(\w+)", "arguments": ' + ARGS, "}"
+    call, after = json_call(), "}"
 
 
 class CommandRForcedCalls(ForcedCallsBase):
     template = "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja"
     prefix, suffix, separator = "<|START_ACTION|>[\n    ", "\n]<|END_ACTION|>", ",\n    "
-    call, after = r'\{"tool_call_id": "[0-9]{1,3}", "tool_name": "(\w+)", "parameters": ' + ARGS, "}"
+    call, after = json_call("tool_name", "parameters", lead=r'"tool_call_id": "[0-9]{1,3}", '), "}"
 
 
 class GptOssForcedCalls(ForcedCallsBase):
