@@ -259,20 +259,50 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits_all, in
 }
 
 // The k best (better()) of the block's candidates, kPer a thread in (vals[j], ids[j]) with id < 0
-// for none, best first into out[0..k) (thread 0 writes); each round takes the best candidate
-// after the previous round's pick, so ties and order are those of the reference sampler.
-LOOM_DEV void block_top_k(const float (&vals)[kPer], const int (&ids)[kPer], int k, Cand* out, Cand* shc) {
-    Cand prev{0.0f, -1};
-    for (int n = 0; n < k; ++n) {
-        Cand mine{0.0f, -1};
+// for none, best first into out[0..k) (thread 0 writes; none-padded past the valid ones), in the
+// reference sampler's order. Two merges, no block-wide barrier per pick: each warp merges its
+// lanes' sorted kPer-lists into its own top-k list in `lists` (kST / kWarp * kMaxTop entries of
+// shared memory), then warp 0 merges the warps' sorted lists (one a lane). A pick is the best
+// head (warp_best); the lanes whose head is not strictly worse than the pick drop it.
+LOOM_DEV void block_top_k(const float (&vals)[kPer], const int (&ids)[kPer], int k, Cand* out, Cand* lists) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+    Cand mine[kPer];
 #pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-            const Cand x{vals[j], ids[j]};
-            if ((prev.id < 0 || better(prev, x)) && better(x, mine)) mine = x;
-        }
-        prev = block_best(mine, shc);
-        if (threadIdx.x == 0) out[n] = prev;
+    for (int j = 0; j < kPer; ++j) mine[j] = ids[j] >= 0 ? Cand{vals[j], ids[j]} : Cand{0.0f, -1};
+#pragma unroll
+    for (int i = 1; i < kPer; ++i)  // insertion sort, best first
+#pragma unroll
+        for (int j = i; j > 0; --j)
+            if (better(mine[j], mine[j - 1])) {
+                const Cand x = mine[j];
+                mine[j] = mine[j - 1];
+                mine[j - 1] = x;
+            }
+    Cand* wl = lists + warp * kMaxTop;
+    for (int n = 0; n < k; ++n) {
+        const Cand best = warp_best(mine[0]);
+        if (lane == 0) wl[n] = best;
+#pragma unroll
+        for (int s = 0; s < kPer; ++s)
+            if (mine[0].id >= 0 && !better(best, mine[0])) {
+#pragma unroll
+                for (int j = 0; j + 1 < kPer; ++j) mine[j] = mine[j + 1];
+                mine[kPer - 1] = Cand{0.0f, -1};
+            }
     }
+    __syncthreads();
+    if (warp == 0) {
+        const int nw = static_cast<int>(blockDim.x) / kWarp;
+        const Cand* my = lists + lane * kMaxTop;
+        int head = 0;
+        for (int n = 0; n < k; ++n) {
+            const Cand c = lane < nw && head < k ? my[head] : Cand{0.0f, -1};
+            const Cand best = warp_best(c);
+            if (lane == 0) out[n] = best;
+            while (lane < nw && head < k && my[head].id >= 0 && !better(best, my[head])) ++head;
+        }
+    }
+    __syncthreads();  // `lists` is reused by the next call
 }
 
 // Per-block statistics over kChunk candidates: raw max/sum and top-K, processed top-K, and the
@@ -280,7 +310,7 @@ LOOM_DEV void block_top_k(const float (&vals)[kPer], const int (&ids)[kPer], int
 // blocks past the row's candidates return at once.
 __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, int64_t ld, const SampleCfg* cfgs,
                                                      const SampleRow* rows, void* scratch, size_t row_bytes) {
-    __shared__ Cand shc[kST / 32 + 1];
+    __shared__ Cand shc[kST / 32 * kMaxTop];  // block_top_k's warp lists
     __shared__ float shf[kST / 32];
     __shared__ double shd[kST / 32];
     __shared__ int s_nan, s_in;
