@@ -2,7 +2,8 @@
 // loom-gateway: chat and completions, streamed and not; logprobs read through the
 // client's types; n and stop; errors arriving as the client's error classes; the
 // Responses API (responses.create, streamed and not, with logprobs); echo scoring;
-// vLLM's prompt_logprobs and return_token_ids; content parts on a templated model.
+// vLLM's prompt_logprobs and return_token_ids; content parts on a templated model;
+// chat.completions.parse with a JSON schema and a strict tool (message.parsed, parsed_arguments).
 // Run by CTest (tests/openai/CMakeLists.txt) with node's built-in test runner:
 //   LOOM_BIN=build/bin LOOM_SHARED=../shared node --test tests/openai/
 import { after, before, describe, test } from 'node:test';
@@ -110,6 +111,48 @@ describe('loom-gateway through the openai client', () => {
     const m = await client.models.retrieve(MODEL);
     assert.equal(m.id, MODEL);
     assert.equal(typeof m.created, 'number');
+  });
+
+  test('chat.completions.parse: message.parsed and parsed_arguments under a grammar', async () => {
+    // stories260K cannot follow instructions, so only the grammar makes these parse.
+    const schema = {
+      type: 'object',
+      properties: {
+        mood: { enum: ['happy', 'sad', 'sleepy'] },
+        age: { type: 'integer', minimum: 1, maximum: 99 },
+      },
+      required: ['mood', 'age'],
+      additionalProperties: false,
+    };
+    for (const seed of [1, 2]) {
+      const r = await client.chat.completions.parse({
+        model: MODEL, messages: messages('How is the cat?'), max_tokens: 300, temperature: 1, seed, logprobs: true,
+        response_format: { type: 'json_schema', json_schema: { name: 'cat', strict: true, schema } },
+      });
+      const c = r.choices[0];
+      assert.equal(c.finish_reason, 'stop', c.message.content);
+      assert.deepEqual(c.message.parsed, JSON.parse(c.message.content));
+      assert.deepEqual(Object.keys(c.message.parsed).sort(), ['age', 'mood']);
+      assert.ok(['happy', 'sad', 'sleepy'].includes(c.message.parsed.mood), c.message.content);
+      assert.ok(Number.isInteger(c.message.parsed.age) && c.message.parsed.age >= 1 && c.message.parsed.age <= 99);
+      assert.deepEqual(joinedBytes(c.logprobs.content), Buffer.from(c.message.content, 'utf8'));
+    }
+    // parse() accepts only strict function tools; a named tool_choice enforces the arguments.
+    const tool = {
+      type: 'function',
+      function: { name: 'pet', strict: true, parameters: schema },
+    };
+    const r = await client.chat.completions.parse({
+      model: MODEL, messages: messages('Pet the cat.'), max_tokens: 300, temperature: 1, seed: 3,
+      tools: [tool], tool_choice: { type: 'function', function: { name: 'pet' } },
+    });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'tool_calls');
+    assert.equal(c.message.tool_calls.length, 1);
+    const call = c.message.tool_calls[0];
+    assert.equal(call.function.name, 'pet');
+    assert.deepEqual(call.function.parsed_arguments, JSON.parse(call.function.arguments));
+    assert.ok(['happy', 'sad', 'sleepy'].includes(call.function.parsed_arguments.mood), call.function.arguments);
   });
 
   test('chat completion: content, logprobs and usage', async () => {
