@@ -399,10 +399,8 @@ void GpuBackend::begin_step(const engine::StepPlan& plan) {
         sync("abandoned step");
     }
     validate(plan);
-    if (plan.rows.empty()) {
-        begun_ = true;
-        return;
-    }
+    begun_ = true;  // from here work may be enqueued, even when a launch below throws
+    if (plan.rows.empty()) return;
     build_rows(plan);
     upload();
     const int T = static_cast<int>(rows_.n);
@@ -420,17 +418,18 @@ void GpuBackend::begin_step(const engine::StepPlan& plan) {
         }
         if (ns) logits(pure_decode_ ? nullptr : gather_.dev, ns);
     }
-    begun_ = true;
 }
 
 void GpuBackend::finish_step(const engine::StepPlan& plan, engine::StepOutput& out) {
     if (!begun_) throw std::logic_error("GpuBackend::finish_step without begin_step");
-    begun_ = false;
     const size_t n_rows = plan.rows.size();
     out.sampled.assign(n_rows, std::nullopt);
     out.prompt_scores.assign(n_rows, {});
     out.errors.assign(n_rows, std::string());
-    if (n_rows == 0) return;
+    if (n_rows == 0) {
+        begun_ = false;
+        return;
+    }
     const int ns = static_cast<int>(sample_rows_.n), nsc = static_cast<int>(score_rows_.n);
     // The forward pass was enqueued by begin_step and runs while the caller built the masks;
     // now they are packed and copied, ordered before the sampling launches on the stream. No
@@ -444,6 +443,7 @@ void GpuBackend::finish_step(const engine::StepPlan& plan, engine::StepOutput& o
         LOOM_GPU_CHECK(gpuMemcpyAsync(out_host_, out_dev_, sizeof(SampleOut) * static_cast<size_t>(ns + nsc),
                                       gpuMemcpyDeviceToHost, stream_));
     sync("step");
+    begun_ = false;  // only now: a throw before the sync leaves work that the next begin_step waits for
     finish(plan, out);
 }
 
