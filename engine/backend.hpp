@@ -3,10 +3,16 @@
 // A backend owns the weights, a paged KV cache (a pool of fixed-size blocks sized once at
 // start) and, per running sequence, its sampling state. The scheduler (engine/scheduler.hpp)
 // owns every decision: which sequences run, which positions each evaluates this step, which
-// KV blocks hold them (engine/kv_cache.hpp). Each iteration is one call, Backend::step(), over a
-// flat batch: decode rows and prefill chunks of several sequences mixed in one forward pass,
-// then one batched sampling pass over every row that samples, then one device-to-host copy.
-// Logits never leave the backend: only sampled ids and their (token, logprob) pairs do.
+// KV blocks hold them (engine/kv_cache.hpp). Each iteration runs over a flat batch: decode rows
+// and prefill chunks of several sequences mixed in one forward pass, then one batched sampling
+// pass over every row that samples, then one device-to-host copy. Logits never leave the
+// backend: only sampled ids and their (token, logprob) pairs do.
+//
+// An iteration is either one call, Backend::step(), or two: begin_step() enqueues the forward
+// pass and returns while the device runs it; the caller then writes the grammar masks of the
+// plan's rows (engine/scheduler.hpp, Scheduler::build_masks); finish_step() applies them,
+// samples and reads back. A backend that computes on the calling thread keeps the defaults
+// (begin_step does nothing, finish_step runs step()), which are correct, only not overlapped.
 //
 // Semantics of sampling and logprobs are those of engine/sampler.hpp, which the CPU backend
 // runs and every other backend must match. The KV layout of a block is engine/kv_layout.hpp's,
@@ -67,7 +73,10 @@ struct StepRow {
     double u = 0;
     /// With `sample`: the grammar's token mask for this draw (sampler.hpp sample_logits: bit
     /// id % 32 of word id / 32 set = allowed), ceil(n_vocab / 32) words; empty: no grammar.
-    /// Only given to a backend whose ModelInfo::vocab_bytes is set.
+    /// Only given to a backend whose ModelInfo::vocab_bytes is set. Whether a row has a mask
+    /// (and where its words are) is fixed when the plan is made; the words themselves may be
+    /// written between begin_step() and finish_step(), so a backend reads them only in
+    /// finish_step() (or step()).
     std::span<const uint32_t> mask;
     /// Prompt logprobs (the PLP lines): when prompt_k >= 0, for each j < targets.size(),
     /// score targets[j] (the prompt token at pos0 + j + 1) from the raw logits at pos0 + j,
@@ -114,6 +123,18 @@ public:
     /// range, a table too short, a slot not open) and std::runtime_error on a device failure;
     /// the scheduler then ends every row's request with ERR and frees their blocks.
     virtual void step(const StepPlan& plan, StepOutput& out) = 0;
+
+    /// The first half of a step split in two: validates `plan` and enqueues its forward pass
+    /// (and prompt scoring) without reading any row's mask words, then returns while the device
+    /// works. The caller writes the masks' words, then calls finish_step() with the same plan
+    /// (same rows and spans; only the words behind StepRow::mask may have changed). Calling
+    /// begin_step() again without finish_step() abandons the step begun (its sampled results
+    /// are lost; its K/V writes may have happened). Throws as step(). Default: nothing (the
+    /// whole step runs in finish_step()).
+    virtual void begin_step(const StepPlan& plan) { (void)plan; }
+    /// The second half: samples every row with `sample` under its mask, copies the results
+    /// back and fills `out` as step() does. Throws as step(). Default: step(plan, out).
+    virtual void finish_step(const StepPlan& plan, StepOutput& out) { step(plan, out); }
 };
 
 }  // namespace loom::engine

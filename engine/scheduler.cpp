@@ -137,11 +137,9 @@ void Scheduler::add_row(Seq& s, int64_t n) {
     if (r.pos0 + n == static_cast<int64_t>(s.tokens.size()) && s.output() < s.max_out) {
         r.sample = true;
         r.u = uniform(s.rng);
-        if (s.matcher) {
-            s.matcher->fill_mask(s.mask);
-            if (s.req.ignore_eos)
-                for (int32_t id : info_.eog) s.mask[static_cast<size_t>(id) >> 5] &= ~(1u << (id & 31));
+        if (s.matcher) {  // the words are written by build_masks(), after the forward pass is enqueued
             r.mask = s.mask;
+            mask_seqs_.push_back(&s);
         }
     }
     if (s.req.prompt_logprobs && s.plp_next < s.n_prompt) {
@@ -172,6 +170,7 @@ void Scheduler::preempt(Seq& s) {
 const StepPlan& Scheduler::schedule(Lines& out) {
     plan_.rows.clear();
     plan_seqs_.clear();
+    mask_seqs_.clear();
     int64_t budget = budget_;
 
     // 1. One decode row per running sequence whose context is computed but for its last token.
@@ -254,6 +253,27 @@ const StepPlan& Scheduler::schedule(Lines& out) {
         budget -= n;
     }
     return plan_;
+}
+
+void Scheduler::build_masks() {
+    for (Seq* s : mask_seqs_) {
+        s->matcher->fill_mask(s->mask);
+        if (s->req.ignore_eos)
+            for (int32_t id : info_.eog) s->mask[static_cast<size_t>(id) >> 5] &= ~(1u << (id & 31));
+    }
+}
+
+size_t Scheduler::run_step(StepOutput& result, Lines& out) {
+    const StepPlan& plan = schedule(out);
+    const size_t n = plan.rows.size();
+    if (n == 0) return 0;
+    try {
+        backend_.begin_step(plan);
+        build_masks();  // overlaps the device's forward pass where the backend implements begin_step
+        backend_.finish_step(plan, result);
+        complete(result, out);
+    } catch (const std::exception& e) { fail(std::string("request failed: ") + e.what(), out); }
+    return n;
 }
 
 void Scheduler::drop(Seq& s) {
@@ -357,6 +377,7 @@ void Scheduler::fail(const std::string& message, Lines& out) {
 void Scheduler::remove_ended() {
     plan_.rows.clear();
     plan_seqs_.clear();
+    mask_seqs_.clear();
     if (ended_.empty()) return;
     running_.erase(std::remove_if(running_.begin(), running_.end(), [](Seq* s) { return s->ended; }), running_.end());
     for (Seq* s : ended_) seqs_.erase(s->req.id);

@@ -75,8 +75,8 @@ public:
     using Lines = std::vector<protocol::EngineLine>;
 
     /// Schedules onto `backend` (whose info() and kv() it reads once; it calls open_slot and
-    /// close_slot, never step()). Throws std::invalid_argument when the backend's geometry is
-    /// unusable (no blocks, slots or step tokens).
+    /// close_slot, and run_step() drives begin_step/finish_step). Throws std::invalid_argument
+    /// when the backend's geometry is unusable (no blocks, slots or step tokens).
     Scheduler(Backend& backend, SchedulerOptions opts);
     ~Scheduler();
     Scheduler(const Scheduler&) = delete;
@@ -87,9 +87,9 @@ public:
     /// the context (or the whole KV cache), or its grammar does not compile (or the backend
     /// has no vocab_bytes). A grammar is compiled here, on the caller's thread (cached by
     /// ConstraintCompiler); the request then keeps a grammar::Matcher: each sampling row gets
-    /// its mask (end ids masked out under ignore_eos), the sampled token advances it, and the
-    /// request ends with `stop` once the grammar allows nothing more (docs/protocol.md,
-    /// "Grammars").
+    /// its mask (end ids masked out under ignore_eos; written by build_masks()), the sampled
+    /// token advances it in complete(), and the request ends with `stop` once the grammar
+    /// allows nothing more (docs/protocol.md, "Grammars").
     void submit(SeqRequest r, Lines& out);
     /// Ends request `id` with `DONE <id> cancelled` and frees its blocks at once; an unknown
     /// id is ignored (its DONE crossed the CANCEL).
@@ -100,8 +100,20 @@ public:
     /// Plans the next step (preempting when KV blocks run out). The plan refers to the
     /// scheduler's memory and stays valid until complete() or fail(); its rows are empty
     /// only when there is no work. A request whose slot the backend refuses to open ends with
-    /// ERR in `out`.
+    /// ERR in `out`. A sampling row under a grammar gets its StepRow::mask span here, but its
+    /// words are written only by build_masks().
     const StepPlan& schedule(Lines& out);
+    /// Writes the mask words of the last plan's grammar rows (Matcher::fill_mask at the output
+    /// so far, end ids cleared under ignore_eos): the host's grammar work, meant to run between
+    /// Backend::begin_step() and finish_step() while the device computes the forward pass.
+    /// Loops over the grammar rows only: a plan without one costs nothing. Throws what
+    /// Matcher::fill_mask throws (grammar::GrammarError on a pathological grammar).
+    void build_masks();
+    /// One iteration: schedule(), then, when the plan has rows, begin_step(), build_masks(),
+    /// finish_step() and complete(); an exception from any of these ends every request of the
+    /// plan with `ERR <id> request failed: <what>` (fail()). `result` is scratch reused across
+    /// calls. Returns the plan's row count (0: no work).
+    size_t run_step(StepOutput& result, Lines& out);
     /// Applies the backend's results for the last plan: writes PLP, T (+ LP) lines, and
     /// DONE or ERR for the requests that ended (freeing their blocks and slots).
     void complete(const StepOutput& result, Lines& out);
@@ -139,6 +151,7 @@ private:
     std::vector<Seq*> running_;  // in admission order
     StepPlan plan_;
     std::vector<Seq*> plan_seqs_;  // plan_.rows[i] belongs to plan_seqs_[i]
+    std::vector<Seq*> mask_seqs_;  // the planned sequences whose sampling row has a grammar mask
     std::vector<Seq*> ended_;      // dropped, still to remove from running_ and seqs_
     SchedulerStats stats_;
 };

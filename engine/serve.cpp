@@ -151,13 +151,7 @@ int serve(Backend& backend, std::FILE* in, std::FILE* out, const ServeOptions& o
             if (auto* c = std::get_if<proto::Cancel>(&l)) sched.cancel(c->id, lines);
             else sched.submit(to_request(std::get<proto::Gen>(std::move(l))), lines);
         }
-        const StepPlan& plan = sched.schedule(lines);
-        if (!plan.rows.empty()) {
-            try {
-                backend.step(plan, result);
-                sched.complete(result, lines);
-            } catch (const std::exception& e) { sched.fail(std::string("request failed: ") + e.what(), lines); }
-        }
+        sched.run_step(result, lines);  // the grammar masks are built while the device runs the forward pass
         w.lines(lines);
         lines.clear();
         if (eof && batch.empty() && !sched.has_work()) break;

@@ -1,6 +1,7 @@
 // The engine's serve loop: reads protocol lines (docs/protocol.md) from an input stream,
-// hands requests to the scheduler (engine/scheduler.hpp), runs one Backend::step() per
-// iteration and writes the T/LP/PLP/DONE/ERR lines that come out.
+// hands requests to the scheduler (engine/scheduler.hpp), runs one step per iteration
+// (Scheduler::run_step: the backend's begin_step, the grammar masks, finish_step) and writes the
+// T/LP/PLP/DONE/ERR lines that come out.
 #pragma once
 
 #include <cstdio>

@@ -2,7 +2,8 @@
 // model's, processed ones renormalise over the allowed set), and the scheduler with the real
 // CPU backend on stories260K (masks each draw, advances the matcher, ends with `stop` when the
 // grammar allows nothing more, ERR for a grammar that does not compile, no effect on requests
-// without one). docs/protocol.md, "Grammars".
+// without one), and the order of a two-phase step: the masks are written after begin_step and
+// before finish_step. docs/protocol.md, "Grammars".
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "engine/scheduler.hpp"
 #include "engine/serve.hpp"
 #include "grammar/compile.hpp"
+#include "grammar/matcher.hpp"
 #include "test_paths.hpp"
 
 using namespace loom;
@@ -138,11 +140,7 @@ struct Engine {
         engine::Scheduler::Lines out;
         engine::StepOutput result;
         for (int guard = 0; sched.has_work() && guard < 10000; ++guard) {
-            const auto& plan = sched.schedule(out);
-            if (!plan.rows.empty()) {
-                backend->step(plan, result);
-                sched.complete(result, out);
-            }
+            sched.run_step(result, out);
             file(out);
         }
         REQUIRE_FALSE(sched.has_work());
@@ -258,4 +256,99 @@ TEST_CASE("the CPU engine announces grammar and enforces it on stories260K", "[e
     REQUIRE(alone.lines.at("free").size() == e.lines.at("free").size());
     for (size_t i = 0; i < alone.lines.at("free").size(); ++i)
         CHECK(proto::format(alone.lines.at("free")[i]) == proto::format(e.lines.at("free")[i]));
+}
+
+namespace {
+
+// Wraps the CPU backend in the two-phase step and records, for every row with a mask, its
+// words as begin_step saw them and as finish_step saw them; step() must never be called.
+class MaskProbe final : public engine::Backend {
+public:
+    explicit MaskProbe(std::unique_ptr<engine::Backend> inner) : inner_(std::move(inner)) {}
+    const engine::ModelInfo& info() const override { return inner_->info(); }
+    const engine::KvGeometry& kv() const override { return inner_->kv(); }
+    void open_slot(int32_t slot, const engine::SamplingParams& params, std::span<const int32_t> prompt,
+                   std::span<const int32_t> output) override {
+        inner_->open_slot(slot, params, prompt, output);
+    }
+    void close_slot(int32_t slot) override { inner_->close_slot(slot); }
+    void step(const engine::StepPlan&, engine::StepOutput&) override { ++direct_steps; }
+    void begin_step(const engine::StepPlan& plan) override {
+        events.push_back('b');
+        at_begin = masks(plan);
+    }
+    void finish_step(const engine::StepPlan& plan, engine::StepOutput& out) override {
+        events.push_back('f');
+        const auto now = masks(plan);
+        REQUIRE(now.size() == at_begin.size());
+        for (size_t i = 0; i < now.size(); ++i) seen.push_back({at_begin[i], now[i]});
+        inner_->step(plan, out);
+    }
+
+    struct Seen {
+        std::vector<uint32_t> begin, finish;  // one masked row's words at begin_step, at finish_step
+    };
+    std::vector<Seen> seen;  // masked rows in step order
+    std::string events;      // 'b' per begin_step, 'f' per finish_step
+    int direct_steps = 0;
+
+private:
+    static std::vector<std::vector<uint32_t>> masks(const engine::StepPlan& plan) {
+        std::vector<std::vector<uint32_t>> m;
+        for (const auto& r : plan.rows)
+            if (!r.mask.empty()) m.emplace_back(r.mask.begin(), r.mask.end());
+        return m;
+    }
+    std::unique_ptr<engine::Backend> inner_;
+    std::vector<std::vector<uint32_t>> at_begin;
+};
+
+}  // namespace
+
+TEST_CASE("the scheduler builds the masks after begin_step and before finish_step", "[engine][grammar]") {
+    auto cpu =
+        cpu::make_cpu_backend(test::shared_path("models/stories260K.gguf"),
+                              {.threads = 1, .n_ctx = 512, .kv_tokens = 4096, .max_step_tokens = 64, .max_slots = 8});
+    MaskProbe probe(std::move(cpu));
+    engine::Scheduler sched{probe, {}};
+    // Letters and digits in turn: each draw's mask differs from the one before.
+    const proto::GrammarSpec spec{proto::grammar_kind::kRegex, "[a-z][0-9][a-z][0-9]"};
+    engine::Scheduler::Lines out;
+    auto g = request("g", spec, 3);
+    g.ignore_eos = true;
+    sched.submit(std::move(g), out);
+    sched.submit(request("free", std::nullopt, 42, 6), out);
+    engine::StepOutput result;
+    std::vector<int32_t> tokens;  // g's output
+    for (int guard = 0; sched.has_work() && guard < 100; ++guard) {
+        sched.run_step(result, out);
+        for (const auto& l : out)
+            if (const auto* t = std::get_if<proto::Token>(&l); t && t->id == "g") tokens.push_back(t->token);
+        out.clear();
+    }
+    REQUIRE_FALSE(sched.has_work());
+    CHECK(probe.direct_steps == 0);
+    REQUIRE(probe.events.size() >= 2);
+    for (size_t i = 0; i < probe.events.size(); ++i) CHECK(probe.events[i] == (i % 2 == 0 ? 'b' : 'f'));
+
+    // Masked row k is g's draw after k output tokens: at finish_step its words are the grammar's
+    // mask there (end ids cleared), at begin_step still those of draw k - 1 (zeros before the first).
+    REQUIRE(probe.seen.size() == tokens.size());
+    REQUIRE(tokens.size() >= 2);
+    engine::ConstraintCompiler compiler(probe.info().vocab_bytes);
+    grammar::Matcher m(compiler.compile(spec));
+    std::vector<uint32_t> want(m.mask_words(), 0), before(m.mask_words(), 0);
+    int changed = 0;
+    for (size_t k = 0; k < tokens.size(); ++k) {
+        INFO("draw " << k);
+        m.fill_mask(want);
+        for (int32_t id : probe.info().eog) want[static_cast<size_t>(id) >> 5] &= ~(1u << (id & 31));
+        CHECK(probe.seen[k].begin == before);
+        CHECK(probe.seen[k].finish == want);
+        changed += probe.seen[k].begin != probe.seen[k].finish;
+        before = want;
+        REQUIRE(m.advance(tokens[k]));
+    }
+    CHECK(m.is_done());
+    CHECK(changed >= 2);  // the first draw (zeros) and at least one later one
 }

@@ -76,15 +76,8 @@ struct Harness {
     // One iteration; returns the plan's row count.
     size_t step() {
         Scheduler::Lines out;
-        const auto& plan = sched.schedule(out);
-        const size_t n = plan.rows.size();
-        if (n) {
-            loom::engine::StepOutput res;
-            try {
-                backend.step(plan, res);
-                sched.complete(res, out);
-            } catch (const std::exception& e) { sched.fail(e.what(), out); }
-        }
+        loom::engine::StepOutput res;
+        const size_t n = sched.run_step(res, out);
         file(out);
         sched.kv_cache().check();
         REQUIRE(backend.open_slots() == sched.stats().running);
@@ -319,7 +312,7 @@ TEST_CASE("a failing row ends only its request; a failing step ends the requests
     t.submit(req("second", seq(4, 2), 5));
     t.backend.throw_next = true;
     t.step();
-    CHECK(t.lines["first"] == std::vector<std::string>{"ERR first device lost"});
+    CHECK(t.lines["first"] == std::vector<std::string>{"ERR first request failed: device lost"});
     CHECK(t.sched.stats().kv.used_blocks == 0);
     t.run();
     CHECK(t.lines["second"] == alone(req("second", seq(4, 2), 5)));

@@ -7,7 +7,10 @@
 // qwen2 adds q/k/v biases, qwen3 a per-head RMSNorm on q and k. Structured like
 // llama2.c's run.c: the forward pass reads top to bottom like the math. One step runs every
 // row of the batch through each matmul together (weights decoded once per tile of 32 rows);
-// attention runs per (token, head) over that sequence's block table (kv_layout.hpp).
+// attention runs per (token, head) over that sequence's block table (kv_layout.hpp). The step
+// is synchronous: begin_step/finish_step keep Backend's defaults (the whole step runs in
+// finish_step, on the calling thread and the worker pool), so the scheduler's grammar masks are
+// built before the forward pass, not during it.
 //
 // Batch invariance: every output element is computed by the same expression in the same
 // order whatever else is in the step, how a prompt was chunked and which blocks hold the

@@ -393,12 +393,18 @@ void GpuBackend::upload() {
 }
 
 void GpuBackend::step(const engine::StepPlan& plan, engine::StepOutput& out) {
+    begin_step(plan);
+    finish_step(plan, out);
+}
+
+void GpuBackend::begin_step(const engine::StepPlan& plan) {
+    if (begun_) {  // a step begun and never finished: let its copies out of the host buffers end
+        begun_ = false;
+        sync("abandoned step");
+    }
     validate(plan);
-    const size_t n_rows = plan.rows.size();
-    out.sampled.assign(n_rows, std::nullopt);
-    out.prompt_scores.assign(n_rows, {});
-    out.errors.assign(n_rows, std::string());
-    if (n_rows == 0) return;
+    begun_ = true;  // from here work may be enqueued, even when a launch below throws
+    if (plan.rows.empty()) return;
     build_rows(plan);
     upload();
     const int T = static_cast<int>(rows_.n);
@@ -416,8 +422,22 @@ void GpuBackend::step(const engine::StepPlan& plan, engine::StepOutput& out) {
         }
         if (ns) logits(pure_decode_ ? nullptr : gather_.dev, ns);
     }
-    // The forward pass is enqueued and runs while the host packs the masks; their copy is
-    // ordered before the sampling launches on the stream. No mask this step: nothing runs.
+}
+
+void GpuBackend::finish_step(const engine::StepPlan& plan, engine::StepOutput& out) {
+    if (!begun_) throw std::logic_error("GpuBackend::finish_step without begin_step");
+    const size_t n_rows = plan.rows.size();
+    out.sampled.assign(n_rows, std::nullopt);
+    out.prompt_scores.assign(n_rows, {});
+    out.errors.assign(n_rows, std::string());
+    if (n_rows == 0) {
+        begun_ = false;
+        return;
+    }
+    const int ns = static_cast<int>(sample_rows_.n), nsc = static_cast<int>(score_rows_.n);
+    // The forward pass was enqueued by begin_step and runs while the caller built the masks;
+    // now they are packed and copied, ordered before the sampling launches on the stream. No
+    // mask this step: no copy.
     if (any_mask_) upload_masks(plan);
     if (ns) {
         sampler_->sample(logits_, ld_v_, sample_rows_.dev, ns, nblk_, out_dev_);
@@ -427,6 +447,7 @@ void GpuBackend::step(const engine::StepPlan& plan, engine::StepOutput& out) {
         LOOM_GPU_CHECK(gpuMemcpyAsync(out_host_, out_dev_, sizeof(SampleOut) * static_cast<size_t>(ns + nsc),
                                       gpuMemcpyDeviceToHost, stream_));
     sync("step");
+    begun_ = false;  // only now: a throw before the sync leaves work that the next begin_step waits for
     finish(plan, out);
 }
 

@@ -11,6 +11,9 @@
 // prefix through the table). Then prompt scoring, the output projection of
 // the sampled rows, one batched sampling launch and one device-to-host copy. Pure-decode steps
 // on the matvec path (up to 8 rows) replay a captured CUDA/HIP graph per (rows, attention splits).
+// The step is split in two (engine/backend.hpp): begin_step enqueues everything up to the
+// logits and returns; finish_step uploads the grammar masks the scheduler built meanwhile,
+// samples and reads back.
 //
 // With GpuOptions::batch_invariant every row is computed by the same kernels in the same order
 // whatever the batch: the 8-vector matvec for every linear layer, no fused RMSNorm or RoPE, and
@@ -85,7 +88,17 @@ public:
     void open_slot(int32_t slot, const engine::SamplingParams& params, std::span<const int32_t> prompt,
                    std::span<const int32_t> output) override;
     void close_slot(int32_t slot) override;
+    /// begin_step(plan), then finish_step(plan, out).
     void step(const engine::StepPlan& plan, engine::StepOutput& out) override;
+    /// Validates the plan, uploads its row, table and sampling descriptors and enqueues the
+    /// forward pass, prompt scoring and the sampled rows' logits on the stream; returns without
+    /// waiting for the device and without reading a mask word. Abandons (after a stream sync)
+    /// a step begun and not finished.
+    void begin_step(const engine::StepPlan& plan) override;
+    /// Packs the masked rows' words into one pinned buffer and copies it (one copy, none when
+    /// no row has a mask), enqueues the batched sampling, copies the results back and waits.
+    /// std::logic_error without a begin_step before it.
+    void finish_step(const engine::StepPlan& plan, engine::StepOutput& out) override;
 
     /// Device bytes of the weights, and of the KV pool.
     size_t weight_bytes() const { return dm_->bytes; }
@@ -192,6 +205,7 @@ private:
     Staged<uint32_t> masks_;           // [max_slots][mask_words_] the sampled rows' grammar masks
     size_t mask_words_ = 0;            // ceil(n_vocab / 32)
     bool any_mask_ = false;            // some sampled row of this step has a mask
+    bool begun_ = false;               // begin_step ran and its finish_step has not
     template <class T>
     void stage(Staged<T>& s, size_t cap);
     template <class T>
