@@ -7,14 +7,14 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "grammar/compile.hpp"
+
 namespace loom::gateway {
 namespace {
 
-// A piece of a tagged_json alternative: literal text, or a JSON Schema (JSON text).
-struct Piece {
-    bool schema;
-    std::string text;
-};
+// The pieces of a tagged_json alternative (grammar::TaggedPiece): literal text, or a JSON
+// Schema (JSON text).
+using Piece = grammar::TaggedPiece;
 
 Piece lit(std::string s) { return {false, std::move(s)}; }
 Piece value(std::string schema_json) { return {true, std::move(schema_json)}; }
@@ -90,30 +90,12 @@ std::string forced_call_source(ToolFamily family, std::string_view chat_template
                                const std::vector<FunctionTool>& tools, const std::string* named, bool parallel) {
     const Form f = form_of(family, chat_template);
     if (!f.call) return "";
-    rapidjson::StringBuffer buf;
-    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-    auto str = [&](const std::string& s) { w.String(s.data(), static_cast<rapidjson::SizeType>(s.size())); };
-    w.StartObject();
-    for (const auto& [key, val] : {std::pair{"prefix", &f.prefix}, {"suffix", &f.suffix}, {"separator", &f.separator}})
-        if (!val->empty()) {
-            w.Key(key);
-            str(*val);
-        }
-    w.Key("repeat");
-    w.Bool(parallel && !named);
-    w.Key("alternatives");
-    w.StartArray();
-    for (const auto& t : tools) {
-        if (named && t.name != *named) continue;
-        w.StartArray();
-        for (const Piece& p : f.call(t.name, t.parameters.empty() ? std::string(R"({"type":"object"})") : t.parameters))
-            if (p.schema) w.RawValue(p.text.data(), p.text.size(), rapidjson::kObjectType);
-            else str(p.text);
-        w.EndArray();
-    }
-    w.EndArray();
-    w.EndObject();
-    return {buf.GetString(), buf.GetSize()};
+    grammar::TaggedJson t{f.prefix, f.suffix, f.separator, parallel && !named, {}};
+    for (const auto& tool : tools)
+        if (!named || tool.name == *named)
+            t.alternatives.push_back(
+                f.call(tool.name, tool.parameters.empty() ? std::string(R"({"type":"object"})") : tool.parameters));
+    return grammar::tagged_json_source(t);
 }
 
 std::string close_reasoning_first(std::string_view source, std::string_view close) {

@@ -74,22 +74,6 @@ int32_t absorb(Rules& into, const Rules& from) {
     return from.root + base;
 }
 
-std::string tagged_source(const TaggedJson& t) {
-    std::string out = "{\"prefix\":" + json::quote(t.prefix) + ",\"suffix\":" + json::quote(t.suffix) +
-                      ",\"separator\":" + json::quote(t.separator) + ",\"repeat\":" + (t.repeat ? "true" : "false") +
-                      ",\"alternatives\":[";
-    for (size_t a = 0; a < t.alternatives.size(); ++a) {
-        out += a ? ",[" : "[";
-        for (size_t k = 0; k < t.alternatives[a].size(); ++k) {
-            if (k) out += ',';
-            const TaggedPiece& p = t.alternatives[a][k];
-            out += p.schema ? p.text : json::quote(p.text);
-        }
-        out += ']';
-    }
-    return out + "]}";
-}
-
 TaggedJson parse_tagged(std::string_view source) {
     const char* shape =
         "constraint: tagged_json: wants {\"prefix\", \"suffix\", \"separator\": strings, \"repeat\": boolean, "
@@ -197,6 +181,27 @@ Grammar compile_tagged_json(const TaggedJson& t, const JsonOptions& opts) {
     return build(r);
 }
 
+std::string tagged_json_source(const TaggedJson& t) {
+    std::string out = "{";
+    for (const auto& [key, val] : {std::pair{"prefix", &t.prefix}, {"suffix", &t.suffix}, {"separator", &t.separator}})
+        if (!val->empty()) {
+            out += '"';
+            out += key;
+            out += "\":" + json::quote(*val) + ",";
+        }
+    out += std::string("\"repeat\":") + (t.repeat ? "true" : "false") + ",\"alternatives\":[";
+    for (size_t a = 0; a < t.alternatives.size(); ++a) {
+        out += a ? ",[" : "[";
+        for (size_t k = 0; k < t.alternatives[a].size(); ++k) {
+            if (k) out += ',';
+            const TaggedPiece& p = t.alternatives[a][k];
+            out += p.schema ? p.text : json::quote(p.text);
+        }
+        out += ']';
+    }
+    return out + "]}";
+}
+
 Grammar compile(const Constraint& c, const JsonOptions& opts) {
     switch (c.kind) {
         case Constraint::Kind::JsonObject: return compile_json_object(opts);
@@ -221,7 +226,7 @@ std::string Constraint::to_text() const {
             }
             return "choice:" + percent_encode(arr + "]");
         }
-        case Kind::TaggedJson: return "tagged_json:" + percent_encode(tagged_source(tagged));
+        case Kind::TaggedJson: return "tagged_json:" + percent_encode(tagged_json_source(tagged));
     }
     return "";
 }

@@ -54,6 +54,12 @@ struct TaggedJson {
 /// GrammarError for a literal that is not UTF-8, no alternatives or an empty one.
 Grammar compile_tagged_json(const TaggedJson& t, const JsonOptions& opts = {});
 
+/// The tagged_json source of `t` (docs/protocol.md, "Grammars"; what Constraint::from_source
+/// reads back): a JSON object with "prefix", "suffix" and "separator" where not empty, then
+/// "repeat" and "alternatives" (literal pieces as JSON strings, schema pieces as their JSON
+/// text, written as they are). Throws GrammarError for a literal that is not valid UTF-8.
+std::string tagged_json_source(const TaggedJson& t);
+
 /// A constraint as the gateway states it.
 struct Constraint {
     enum class Kind { JsonObject, JsonSchema, Regex, Choice, TaggedJson };
