@@ -147,9 +147,11 @@ struct Chunk<kQ8_0> : QuantChunk<1> {
         const float d = h2f(r.d);
         const uint32_t w[8] = {r.q0.x, r.q0.y, r.q0.z, r.q0.w, r.q1.x, r.q1.y, r.q1.z, r.q1.w};
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
+        for (int i = 0; i < 8; ++i) {
+            const uint32_t u = w[i] ^ 0x80808080u;  // q + 128, converted without I2F (as in dot)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) v[4 * i + e] = d * static_cast<float>(static_cast<int8_t>(byte_of(w[i], e)));
+            for (int e = 0; e < 4; ++e) v[4 * i + e] = d * byte_minus(u, e, 128.0f);
+        }
     }
 };
 
@@ -203,13 +205,15 @@ struct Chunk<kQ4_K> : QuantChunk<2> {
         const float d1 = k.d * static_cast<float>(k.s1), n1 = k.dmin * static_cast<float>(k.m1);
         const uint32_t w[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < 4; ++i) {
+            // The nibbles as floats through byte_as_float (exact; no I2F instruction).
+            const uint32_t lo = w[i] & 0x0F0F0F0Fu, hi = (w[i] >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const uint32_t b = byte_of(w[i], e);
-                v[4 * i + e] = d0 * static_cast<float>(b & 0xFu) - n0;
-                v[16 + 4 * i + e] = d1 * static_cast<float>(b >> 4) - n1;
+                v[4 * i + e] = fmaf(d0, byte_as_float(lo, e), -n0);
+                v[16 + 4 * i + e] = fmaf(d1, byte_as_float(hi, e), -n1);
             }
+        }
     }
 };
 
@@ -249,42 +253,45 @@ struct Chunk<kQ6_K> : QuantChunk<2> {
         dl1 = d * static_cast<float>(static_cast<int8_t>(byte_of(r.s1, e0)));
         sh0 = 2 * kk, sh1 = 2 * kk + 4;
     }
-    static constexpr bool kSums = false;
-    // d * scale * sum (q_i - 32) x_i per run, the 6-bit q assembled four at a time.
-    static LOOM_DEV float dot(const Raw& r, int c, const float* xv, const float*) {
-        float dl0, dl1;
+    // Chunk c's run scales and its 6-bit quants q + 32, four a word: q0[i] byte e is element
+    // 4i + e of run 0, q1[i] of run 1.
+    static LOOM_DEV void unpack(const Raw& r, int c, float& dl0, float& dl1, uint32_t (&q0)[4], uint32_t (&q1)[4]) {
         int sh0, sh1;
         run_scales(r, c, dl0, dl1, sh0, sh1);
         const uint32_t wl[4] = {r.ql.x, r.ql.y, r.ql.z, r.ql.w};
         const uint32_t wh[4] = {r.qh.x, r.qh.y, r.qh.z, r.qh.w};
-        float a0 = 0.0f, a1 = 0.0f;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const uint32_t q0 = (wl[i] & 0x0F0F0F0Fu) | (((wh[i] >> sh0) & 0x03030303u) << 4);
-            const uint32_t q1 = ((wl[i] >> 4) & 0x0F0F0F0Fu) | (((wh[i] >> sh1) & 0x03030303u) << 4);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                a0 += byte_minus(q0, e, 32.0f) * xv[4 * i + e];
-                a1 += byte_minus(q1, e, 32.0f) * xv[16 + 4 * i + e];
-            }
+            q0[i] = (wl[i] & 0x0F0F0F0Fu) | (((wh[i] >> sh0) & 0x03030303u) << 4);
+            q1[i] = ((wl[i] >> 4) & 0x0F0F0F0Fu) | (((wh[i] >> sh1) & 0x03030303u) << 4);
         }
-        return dl0 * a0 + dl1 * a1;
     }
-    static LOOM_DEV void decode(const Raw& r, int c, float* v) {
+    static constexpr bool kSums = false;
+    // d * scale * sum (q_i - 32) x_i per run (q - 32 through byte_minus: exact, no I2F).
+    static LOOM_DEV float dot(const Raw& r, int c, const float* xv, const float*) {
         float dl0, dl1;
-        int sh0, sh1;
-        run_scales(r, c, dl0, dl1, sh0, sh1);
-        const uint32_t wl[4] = {r.ql.x, r.ql.y, r.ql.z, r.ql.w};
-        const uint32_t wh[4] = {r.qh.x, r.qh.y, r.qh.z, r.qh.w};
+        uint32_t q0[4], q1[4];
+        unpack(r, c, dl0, dl1, q0, q1);
+        float a0 = 0.0f, a1 = 0.0f;
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const uint32_t lo = byte_of(wl[i], e), hi = byte_of(wh[i], e);
-                const int q0 = static_cast<int>((lo & 0xFu) | (((hi >> sh0) & 3u) << 4));
-                const int q1 = static_cast<int>((lo >> 4) | (((hi >> sh1) & 3u) << 4));
-                v[4 * i + e] = dl0 * static_cast<float>(q0 - 32);
-                v[16 + 4 * i + e] = dl1 * static_cast<float>(q1 - 32);
+                a0 += byte_minus(q0[i], e, 32.0f) * xv[4 * i + e];
+                a1 += byte_minus(q1[i], e, 32.0f) * xv[16 + 4 * i + e];
+            }
+        return dl0 * a0 + dl1 * a1;
+    }
+    static LOOM_DEV void decode(const Raw& r, int c, float* v) {
+        float dl0, dl1;
+        uint32_t q0[4], q1[4];
+        unpack(r, c, dl0, dl1, q0, q1);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                v[4 * i + e] = dl0 * byte_minus(q0[i], e, 32.0f);
+                v[16 + 4 * i + e] = dl1 * byte_minus(q1[i], e, 32.0f);
             }
     }
 };
