@@ -118,6 +118,28 @@ void embed(const DevMatrix& m, const RowDesc* rows, int n, float* x, int64_t ld,
 void gemm_own(const float* A, int64_t lda, const void* W, bool w_f16, int64_t ldw, int M, int N, int K, float* C,
               int64_t ldc, bool accumulate, gpuStream_t s);
 
+/// The tensor-core decode GEMM (k_qgemm.cu): y[m][n] = (add ? y[m][n] : 0) + sum_k x[m][k] *
+/// w[n][k] for m < M, n < w.rows, k < w.cols, with w in F16, BF16, Q8_0, Q4_K or Q6_K (device
+/// layout, dequantized in registers; no F16 copy of w is made), x in F16 (x16, when not null) or
+/// F32 (x32), leading dimension ldx elements, and y F32 with leading dimension ldy. Products run
+/// on mma.sync m16n8k16 (F16 operands, F32 sums). Where qgemm_splits(w.rows, w.cols, M) > 1, the
+/// K range is split and `part` (qgemm_partial_floats floats, device memory) holds the partial
+/// sums, added in split order by a second kernel: results do not depend on timing. Throws
+/// GpuError when !qgemm_available() or w's type or cols (a multiple of 8) is not supported.
+void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ldx, int M, float* y, int64_t ldy,
+           bool add, float* part, gpuStream_t s);
+/// True in builds that have the kernel (CUDA for sm_80 and later, and the emulator); false in
+/// HIP builds, whose decode GEMMs dequantize to F16 first (no mma.sync counterpart used there).
+bool qgemm_available();
+/// True when qgemm() takes weights of this type and column count.
+bool qgemm_supports(uint32_t type, int64_t cols);
+/// K splits qgemm uses for a w.rows x w.cols matrix and M activation rows (a function of the
+/// shapes only, so a given batch always adds in the same order): enough blocks for about two
+/// per SM of an H200 (132 SMs), at most 16 and at most one per 128-column tile.
+int qgemm_splits(int64_t n, int64_t k, int M);
+/// Floats of split-K partials qgemm needs for that shape: splits * M * n when splits > 1, else 0.
+size_t qgemm_partial_floats(int64_t n, int64_t k, int M);
+
 /// The same product as Gemm::batched_f16 (column-major, F16 A and B, F32 C = alpha * op(A) . B,
 /// added to C when accumulate)
 /// by a plain kernel, one output per thread with an F32 sum over k in order: for builds without

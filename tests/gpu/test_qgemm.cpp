@@ -1,0 +1,158 @@
+// loom-gpu-qgemm-test: the tensor-core decode GEMM (kernels.hpp qgemm, k_qgemm.cu) against a
+// float64 product on the host, for every weight type it takes (F16, BF16, Q8_0, Q4_K, Q6_K) at
+// odd sizes: 1, 3, 16, 17, 64, 65 and 255 activation rows; weight rows that are not a multiple
+// of the 128-row tile (7 and 130); a last column tile that is partial (Q8_0 at 96 columns, the
+// 16-bit types at 200) or whole (K-quants at 512: several K splits); F16 and F32 activations;
+// y stored or added to. Weights are random floats quantized with model/quant's quantizers and
+// repacked into the device layout; the reference dequantizes the same blocks (quant.hpp) and
+// rounds weights and activations to F16 as the kernel's operands are, so that only the F32
+// summation order may differ: |gpu - ref| <= 1e-5 * sum |x w| + 1e-6. Exit status 0 when every
+// case agrees; the first disagreement of a case is printed.
+//
+// The emulator build (loom-gpu-qgemm-test-emu, CTest unit.gpu_qgemm_emu) checks the kernel's
+// indexing and fragment layouts without a GPU; the CUDA build runs on the H200 in
+// tools/gpu_check.sh's `qgemm` stage.
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backends/gpu/kernels.hpp"
+#include "model/quant/quant.hpp"
+
+using namespace loom;
+using namespace loom::gpu;
+
+namespace {
+
+float f16_round(float v) { return model::fp16_to_fp32(model::fp32_to_fp16(v)); }
+
+template <class T>
+T* device_copy(const std::vector<T>& h) {
+    void* p = nullptr;
+    LOOM_GPU_CHECK(gpuMalloc(&p, h.size() * sizeof(T) + 16));
+    LOOM_GPU_CHECK(gpuMemcpy(p, h.data(), h.size() * sizeof(T), gpuMemcpyHostToDevice));
+    return static_cast<T*>(p);
+}
+
+struct Case {
+    uint32_t type;
+    const char* name;
+    int N, K, M;
+    bool x16, add;
+};
+
+// Runs one case; returns true when every output agrees with the reference.
+bool run_case(const Case& c, std::mt19937_64& rng) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const int N = c.N, K = c.K, M = c.M;
+    // Weights: random rows (a few large values so the scales vary), in GGUF layout.
+    const size_t gg_row = model::row_bytes(c.type, K);
+    std::vector<uint8_t> gg(gg_row * static_cast<size_t>(N));
+    std::vector<float> w(static_cast<size_t>(N) * K), row(static_cast<size_t>(K));
+    for (int n = 0; n < N; ++n) {
+        for (int k = 0; k < K; ++k) row[k] = nd(rng) * (k % 97 == 0 ? 4.0f : 0.5f);
+        model::quantize_row(c.type, row.data(), gg.data() + gg_row * n, K);
+        model::dequantize_row(c.type, gg.data() + gg_row * n, w.data() + static_cast<size_t>(n) * K, K);
+    }
+    const size_t dev_row = device_row_bytes(c.type, K);
+    std::vector<uint8_t> dev(dev_row * static_cast<size_t>(N));
+    repack_rows(c.type, gg.data(), N, K, dev.data());
+
+    const int64_t ldx = (K + 63) / 64 * 64 + 8, ldy = N + 5;
+    std::vector<float> x(static_cast<size_t>(M) * ldx, 0.0f), y0(static_cast<size_t>(M) * ldy);
+    std::vector<uint16_t> xh(x.size(), 0);
+    for (int m = 0; m < M; ++m)
+        for (int k = 0; k < K; ++k) {
+            const float v = nd(rng);
+            x[m * ldx + k] = v;
+            xh[m * ldx + k] = model::fp32_to_fp16(v);
+        }
+    for (auto& v : y0) v = nd(rng);
+
+    uint8_t* dw = device_copy(dev);
+    float* dx = device_copy(x);
+    uint16_t* dxh = device_copy(xh);
+    float* dy = device_copy(y0);
+    const size_t pf = qgemm_partial_floats(N, K, M);
+    void* dpart = nullptr;
+    if (pf) LOOM_GPU_CHECK(gpuMalloc(&dpart, pf * sizeof(float)));
+    DevMatrix dm;
+    dm.type = c.type;
+    dm.rows = N;
+    dm.cols = K;
+    dm.row_bytes = dev_row;
+    dm.data = dw;
+    qgemm(dm, c.x16 ? nullptr : dx, c.x16 ? dxh : nullptr, ldx, M, dy, ldy, c.add, static_cast<float*>(dpart), nullptr);
+    LOOM_GPU_CHECK(gpuDeviceSynchronize());
+    std::vector<float> y(y0.size());
+    LOOM_GPU_CHECK(gpuMemcpy(y.data(), dy, y.size() * sizeof(float), gpuMemcpyDeviceToHost));
+    for (void* p :
+         {static_cast<void*>(dw), static_cast<void*>(dx), static_cast<void*>(dxh), static_cast<void*>(dy), dpart})
+        if (p) (void)gpuFree(p);
+
+    bool ok = true;
+    for (int m = 0; m < M && ok; ++m)
+        for (int n = 0; n < ldy && ok; ++n) {
+            const size_t i = static_cast<size_t>(m) * ldy + n;
+            if (n >= N) {  // past the matrix: untouched
+                if (y[i] != y0[i]) {
+                    std::printf("FAIL %s N=%d K=%d M=%d: y[%d][%d] past N was written\n", c.name, N, K, M, m, n);
+                    ok = false;
+                }
+                continue;
+            }
+            double ref = 0.0, mag = 0.0;
+            for (int k = 0; k < K; ++k) {
+                const double p =
+                    static_cast<double>(f16_round(x[m * ldx + k])) * f16_round(w[static_cast<size_t>(n) * K + k]);
+                ref += p;
+                mag += std::fabs(p);
+            }
+            if (c.add) ref += y0[i];
+            if (!(std::fabs(y[i] - ref) <= 1e-5 * mag + 1e-6 * (1.0 + std::fabs(ref)))) {
+                std::printf("FAIL %s N=%d K=%d M=%d x16=%d add=%d: y[%d][%d] = %.7g, reference %.7g (sum |xw| %.4g)\n",
+                            c.name, N, K, M, c.x16, c.add, m, n, y[i], ref, mag);
+                ok = false;
+            }
+        }
+    return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const bool quick = argc > 1 && std::string(argv[1]) == "--quick";  // fewer, smaller cases (sanitizers)
+    if (!qgemm_available()) {
+        std::printf("qgemm: not available in this build\n");
+        return 1;
+    }
+    std::vector<Case> cases;
+    const struct {
+        uint32_t type;
+        const char* name;
+        int K;
+    } types[] = {{kF16, "f16", 200},   {kBF16, "bf16", 200}, {kQ8_0, "q8_0", 96},
+                 {kQ8_0, "q8_0", 128}, {kQ4_K, "q4_K", 512}, {kQ6_K, "q6_K", 512}};
+    const int Ms[] = {1, 3, 16, 17, 64, 65, 255};
+    int i = 0;
+    for (const auto& t : types)
+        for (int M : Ms) {
+            if (quick && M > 17 && t.type != kQ4_K) continue;
+            if (M == 255 && t.type != kQ4_K && t.type != kF16) continue;  // the emulator's time
+            const int N = (i % 3 == 0) ? 7 : 130;
+            cases.push_back({t.type, t.name, N, t.K, M, i % 2 == 0, i % 4 < 2});
+            ++i;
+        }
+    std::mt19937_64 rng(20261203);
+    int bad = 0;
+    for (const Case& c : cases) {
+        if (!run_case(c, rng)) ++bad;
+        else
+            std::printf("ok %s N=%d K=%d M=%d x16=%d add=%d splits=%d\n", c.name, c.N, c.K, c.M, c.x16, c.add,
+                        qgemm_splits(c.N, c.K, c.M));
+    }
+    std::printf("qgemm: %zu cases, %d disagree\n", cases.size(), bad);
+    return bad ? 1 : 0;
+}
