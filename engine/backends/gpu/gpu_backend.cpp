@@ -50,17 +50,31 @@ void GpuBackend::upload(Staged<T>& s) {
     if (s.n) LOOM_GPU_CHECK(gpuMemcpyAsync(s.dev, s.host, sizeof(T) * s.n, gpuMemcpyHostToDevice, stream_));
 }
 
-int default_matvec_rows(uint32_t ffn_type) { return ffn_type == kF16 ? 2 : 8; }
+int default_matvec_rows(uint32_t ffn_type) {
+#if defined(LOOM_GPU_CUDA)
+    return ffn_type == kF16 ? 2 : 4;
+#else
+    return ffn_type == kF16 ? 2 : 8;
+#endif
+}
 
 GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     : file_(model::GgufFile::open(path)), opts_(opts) {
     if (opts.max_slots < 1 || opts.max_step_tokens < 1 || opts.kv_tokens < 0 || opts.matvec_rows < -1 ||
-        !(opts.kv_fraction > 0.0 && opts.kv_fraction <= 1.0))
+        opts.decode_gemm_rows < -1 || !(opts.kv_fraction > 0.0 && opts.kv_fraction <= 1.0))
         throw std::invalid_argument("GPU options out of range (slots and step tokens >= 1, KV fraction in (0, 1])");
     check_tensor_types(file_, opts.engine_name);
     w_ = engine::LlamaWeights::bind(file_, {opts.engine_name, device_type_supported});
     if (opts_.matvec_rows < 0)
         opts_.matvec_rows = default_matvec_rows(w_.layers.empty() ? kF16 : w_.layers[0].gate.type);
+    if (opts_.decode_gemm_rows > 0 && !qgemm_available())
+        throw std::invalid_argument("this build has no tensor-core decode GEMM (decode_gemm_rows must be 0)");
+#if defined(LOOM_GPU_CUDA)
+    constexpr int kDecodeGemmRows = 64;  // above, dequantize + cuBLAS was faster (docs/benchmarks.md)
+#else
+    constexpr int kDecodeGemmRows = 0;  // the emulator on request only; HIP has no such kernel
+#endif
+    if (opts_.decode_gemm_rows < 0) opts_.decode_gemm_rows = kDecodeGemmRows;
     const auto& hp = w_.hp;
     const model::Vocab vocab = model::Vocab::from_gguf(file_);
     if (vocab.size() > hp.n_vocab)
@@ -158,6 +172,19 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     if (quantized(dm_->output)) ws = std::max(ws, static_cast<size_t>(std::min<int64_t>(V_, 16384) * d_));
     wscratch_elems_ = ws;
     if (ws) wscratch_ = alloc<uint16_t>(ws);
+    // The decode GEMM's split-K partials: the most any matrix needs at any row count it serves.
+    if (opts_.decode_gemm_rows > 0) {
+        size_t pf = 0;
+        const int max_rows = std::min(opts_.decode_gemm_rows, std::max(R, logit_rows_));
+        auto need = [&](const DevMatrix& m) {
+            if (!qgemm_supports(m.type, m.cols)) return;
+            for (int M = 1; M <= max_rows; ++M) pf = std::max(pf, qgemm_partial_floats(m.rows, m.cols, M));
+        };
+        for (const auto& L : dm_->layers)
+            for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) need(*m);
+        need(dm_->output);
+        if (pf) qg_part_ = alloc<float>(pf);
+    }
     logits_ = alloc<float>(static_cast<size_t>(logit_rows_) * ld_v_);
 
     // Split-K partials: every decode row (at most one per slot), or in batch-invariant mode

@@ -4,8 +4,10 @@
 //
 // A step flattens its rows into one batch of token rows (1-token rows first, then the prefill
 // chunks) and runs one forward pass over all of them: the linear layers over every row at once
-// (the register-dequantizing matvec kernel for up to GpuOptions::matvec_rows rows, GEMMs beyond,
-// over F16 weights as they are and other types dequantized to F16), RoPE at each row's position, K/V stored through each row's
+// (the register-dequantizing matvec kernel for up to GpuOptions::matvec_rows rows, GEMMs beyond:
+// up to GpuOptions::decode_gemm_rows rows the tensor-core decode GEMM that dequantizes BF16 and
+// quantized weights in registers, cuBLAS on F16 weights as they are and, for larger steps, on
+// other types dequantized to F16), RoPE at each row's position, K/V stored through each row's
 // block table, split-K decode attention for 1-token rows and, for chunks, prefill attention as
 // cuBLAS products over the chunk's gathered K/V (CUDA) or the tiled kernel (both read the cached
 // prefix through the table). Then prompt scoring, the output projection of
@@ -59,14 +61,24 @@ struct GpuOptions {
     /// Steps of at most this many rows use the matvec kernel, larger ones GEMMs; -1 (the
     /// default): default_matvec_rows() of the model's weights.
     int matvec_rows = -1;
+    /// Steps of more than matvec_rows and at most this many rows run their BF16 and quantized
+    /// matrices through the tensor-core decode GEMM (kernels.hpp qgemm: dequantized in
+    /// registers, no F16 copy of the weights); larger steps dequantize to F16 for the prefill
+    /// GEMM. -1 (the default): 64 in CUDA builds (from 128 rows dequantize + cuBLAS was faster
+    /// on the H200), 0 (off) in the emulator, where it is checked on request, and in HIP
+    /// builds, which do not have the kernel.
+    int decode_gemm_rows = -1;
+    /// F16 matrices through the decode GEMM too (default: cuBLAS reads them as they are).
+    bool decode_gemm_f16 = false;
 };
 
 /// The matvec/GEMM crossover for a model whose FFN matrices have ggml type `ffn_type`: 2 rows
 /// for F16 (cuBLAS reads F16 weights as they are, and from 3 rows a GEMM step beats the batched
 /// matvec, whose step time grows with its rows: on the H200, 8B F16, 6.2-6.5 ms against 6.7-14.7
-/// ms at 3-8 rows; docs/benchmarks.md, "Small batches"), 8 for every other type (their GEMM path
-/// first dequantizes each matrix to F16: about 16 ms a step for Q4_K_M, where the matvec takes
-/// 3.9-16.7 ms at 1-8 rows).
+/// ms at 3-8 rows; docs/benchmarks.md, "Small batches"); for every other type 4 in CUDA builds,
+/// where the tensor-core decode GEMM takes over (8B Q4_K_M: 9.1-9.3 ms a step at 4-8 rows
+/// against the matvec's 8.7 and 16.9 ms; docs/benchmarks.md, "Tensor-core decode GEMM"), and 8
+/// elsewhere (their GEMM path first dequantizes each matrix to F16).
 int default_matvec_rows(uint32_t ffn_type);
 
 /// Per-operation device time of one profiled step (bench tool).
@@ -169,9 +181,10 @@ private:
     uint16_t *xh_ = nullptr, *atth_ = nullptr, *gh_ = nullptr;  // F16 copies (cuBLAS inputs)
     uint16_t* wscratch_ = nullptr;                              // a quantized matrix dequantized to F16 (GEMM path)
     size_t wscratch_elems_ = 0;
-    float* logits_ = nullptr;  // [logit_rows_][ld_v]
-    int logit_rows_ = 0;       // max(max_slots, score group)
-    float* part_ = nullptr;    // split-K partials: part_rows_ queries, splits_max_ splits
+    float* logits_ = nullptr;   // [logit_rows_][ld_v]
+    int logit_rows_ = 0;        // max(max_slots, score group)
+    float* qg_part_ = nullptr;  // the decode GEMM's split-K partials (qgemm_partial_floats)
+    float* part_ = nullptr;     // split-K partials: part_rows_ queries, splits_max_ splits
     int part_rows_ = 0, splits_max_ = 1;
     SampleOut* out_dev_ = nullptr;  // [max_slots + R]: sampled rows, then scored rows
     // GEMM prefill attention (cuBLAS, F16 pool; kernels.hpp): attn_gemm_ when it runs.

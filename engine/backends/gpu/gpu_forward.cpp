@@ -71,9 +71,14 @@ void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat
         }
         return;
     }
+    const bool tc = rows <= opts_.decode_gemm_rows;
     for (int i = 0; i < nmat; ++i) {
         const DevMatrix& m = *mats[i];
         const int K = static_cast<int>(m.cols);
+        if (tc && qgemm_supports(m.type, m.cols) && (m.type != kF16 || opts_.decode_gemm_f16)) {
+            qgemm(m, x32, x16, x16 ? ldx16 : ldx, rows, ys[i], ldy, add, qg_part_, stream_);
+            continue;
+        }
         if (m.type == kF16 || m.type == kF32) {
             const bool h = m.type == kF16;
             gemm_->run(m.data, h, static_cast<int64_t>(m.row_bytes / (h ? 2 : 4)), x32, ldx, x16, ldx16, rows,

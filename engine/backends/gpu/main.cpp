@@ -50,8 +50,13 @@ const char* kUsage = LOOM_ENGINE_NAME
     "                         runs, tiled elsewhere); the F32 KV pool and --batch-invariant always use\n"
     "                         their own paths\n"
     "  --matvec-rows N        steps of at most N token rows use the matvec kernel, larger ones GEMMs\n"
-    "                         (default 2 for F16 weights, where cuBLAS is faster from 3 rows; 8 for\n"
-    "                         the others, whose GEMMs first dequantize the weights)\n";
+    "                         (default 2 for F16 weights, where cuBLAS is faster from 3 rows; for\n"
+    "                         the others 4 in CUDA builds, 8 elsewhere)\n"
+    "  --decode-gemm-rows N   steps of more rows than --matvec-rows and at most N run BF16 and\n"
+    "                         quantized matrices through the tensor-core decode GEMM, which\n"
+    "                         dequantizes in registers; larger steps dequantize to F16 for cuBLAS\n"
+    "                         (default 64 in CUDA builds; 0, off, in the emulator; HIP: 0 only)\n"
+    "  --decode-gemm-f16      F16 matrices through the decode GEMM too (default: cuBLAS)\n";
 
 bool parse_int(const std::string& s, long long max, long long& out) {
     try {
@@ -98,6 +103,7 @@ int main(int argc, char** argv) {
         {"--no-graphs", &opts.graphs, false},
         {"--no-fuse-rope", &opts.fuse_rope, false},
         {"--own-gemm", &opts.own_gemm, true},
+        {"--decode-gemm-f16", &opts.decode_gemm_f16, true},
     };
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i], v;
@@ -151,6 +157,8 @@ int main(int argc, char** argv) {
             else usage_error("bad value '" + m + "' for --prefill-attn (auto, tiled, gemm or gemm16)");
         } else if (a == "--matvec-rows") {
             opts.matvec_rows = static_cast<int>(number(kMaxInt));
+        } else if (a == "--decode-gemm-rows") {
+            opts.decode_gemm_rows = static_cast<int>(number(kMaxInt));
         } else {
             usage_error("unknown option " + a);
         }
