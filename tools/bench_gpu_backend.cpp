@@ -6,8 +6,11 @@
 //
 // Usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] [GPU options]
 // where the GPU options are the engine's: --kv-f32, --batch-invariant, --no-graphs,
-// --no-fuse-rope, --own-gemm, --matvec-rows N, --tiled-prefill-attn / --gemm-prefill-attn /
-// --gemm16-prefill-attn (the engine's --prefill-attn tiled / gemm / gemm16); --ctx N; --prefill-list N,N,... times only those prefills (TTFT of the backend).
+// --no-fuse-rope, --own-gemm, --matvec-rows N, --decode-gemm-rows N, --decode-gemm-f16,
+// --tiled-prefill-attn / --gemm-prefill-attn / --gemm16-prefill-attn (the engine's
+// --prefill-attn tiled / gemm / gemm16); --ctx N; --prefill-list N,N,... times only those
+// prefills (TTFT of the backend); --step-rows N,N,... times and profiles only decode steps of
+// those many rows (one row a sequence, after 128-token prompts).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -82,6 +85,18 @@ public:
         return s;
     }
     void close(Seq& s) { be_.close_slot(s.slot); }
+    // n sequences in slots 0..n-1, each prefilled with 128 random tokens (seeds seed + i), with
+    // room for `capacity` positions; ptrs points at them (seqs is not resized afterwards).
+    void open_batch(int n, int64_t capacity, uint64_t seed, std::vector<Seq>& seqs, std::vector<Seq*>& ptrs) {
+        seqs.clear();
+        ptrs.clear();
+        for (int i = 0; i < n; ++i) seqs.push_back(open(i, capacity, -1));
+        for (int i = 0; i < n; ++i) {
+            prefill(seqs[static_cast<size_t>(i)],
+                    random_tokens(128, be_.info().n_vocab, seed + static_cast<uint64_t>(i)));
+            ptrs.push_back(&seqs[static_cast<size_t>(i)]);
+        }
+    }
     void reset_blocks() { next_block_ = 0; }
 
     // Prefills `tokens` in chunks of the step limit, sampling after the last.
@@ -143,6 +158,19 @@ void print_ops(const char* what, const gpu::OpTimes& ops) {
     std::printf("  %-14s %8.3f\n", "total", tot);
 }
 
+// "N,N,..." as integers (parsing stops at the first item that is not a number).
+std::vector<int> int_list(const char* p) {
+    std::vector<int> v;
+    while (*p) {
+        char* end = nullptr;
+        const long n = std::strtol(p, &end, 10);
+        if (end == p) break;
+        v.push_back(static_cast<int>(n));
+        p = *end == ',' ? end + 1 : end;
+    }
+    return v;
+}
+
 float op_ms(const gpu::OpTimes& ops, const char* name) {
     for (auto& [n, ms] : ops.ms)
         if (n == name) return ms;
@@ -156,6 +184,7 @@ int main(int argc, char** argv) {
     int prompt = 512, gen = 128;
     bool decode_only = false;
     std::vector<int> prefill_list;  // --prefill-list: only these prefills, timed
+    std::vector<int> step_rows;     // --step-rows: only decode steps of these many rows, timed and profiled
     gpu::GpuOptions opts;
     opts.engine_name = "loom-gpu-bench";
     opts.n_ctx = 4096;
@@ -177,30 +206,34 @@ int main(int argc, char** argv) {
         else if (a == "--gemm-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Gemm;
         else if (a == "--gemm16-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Gemm16;
         else if (a == "--ctx") opts.n_ctx = next();
-        else if (a == "--prefill-list" && i + 1 < argc) {
-            for (const char* p = argv[++i]; *p;) {
-                char* end = nullptr;
-                prefill_list.push_back(static_cast<int>(std::strtol(p, &end, 10)));
-                p = *end == ',' ? end + 1 : end;
-                if (end == p && *p) break;
-            }
-        } else if (a == "--matvec-rows") opts.matvec_rows = next();
+        else if (a == "--prefill-list" && i + 1 < argc) prefill_list = int_list(argv[++i]);
+        else if (a == "--step-rows" && i + 1 < argc) step_rows = int_list(argv[++i]);
+        else if (a == "--matvec-rows") opts.matvec_rows = next();
+        else if (a == "--decode-gemm-rows") opts.decode_gemm_rows = next();
+        else if (a == "--decode-gemm-f16") opts.decode_gemm_f16 = true;
         else {
             std::fprintf(stderr, "loom-gpu-bench: unknown option %s\n", a.c_str());
             return 2;
         }
     }
-    int max_list = 0;
+    int max_list = 0, max_rows = 0;
     for (int n : prefill_list) max_list = std::max(max_list, n);
+    for (int n : step_rows) max_rows = std::max(max_rows, n);
+    if (max_rows > opts.max_slots) {
+        opts.max_slots = max_rows;
+        opts.kv_tokens = std::max<int64_t>(opts.kv_tokens, int64_t{max_rows} * 256);
+    }
     if (max_list + 8 > opts.n_ctx) opts.n_ctx = max_list + 8;
     opts.kv_tokens = std::max<int64_t>(opts.kv_tokens, opts.n_ctx);
     if (model.empty() || prompt < 1 || gen < 1 || prompt + gen + 8 > opts.n_ctx ||
-        std::find_if(prefill_list.begin(), prefill_list.end(), [](int n) { return n < 1; }) != prefill_list.end()) {
+        std::find_if(prefill_list.begin(), prefill_list.end(), [](int n) { return n < 1; }) != prefill_list.end() ||
+        std::find_if(step_rows.begin(), step_rows.end(), [](int n) { return n < 1; }) != step_rows.end()) {
         std::fprintf(stderr,
                      "usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] "
                      "[--kv-f32] [--batch-invariant] [--no-graphs] [--no-fuse-rope] [--own-gemm] "
                      "[--matvec-rows N] [--tiled-prefill-attn | --gemm-prefill-attn | --gemm16-prefill-attn] "
-                     "[--ctx N] [--prefill-list N,N,...]\n");
+                     "[--ctx N] [--prefill-list N,N,...] [--step-rows N,N,...] [--decode-gemm-rows N] "
+                     "[--decode-gemm-f16]\n");
         return 2;
     }
     const double bw = copy_bandwidth();
@@ -236,6 +269,41 @@ int main(int argc, char** argv) {
             json += (json.empty() ? "" : ", ") + ("\"" + std::to_string(n) + "\": " + std::to_string(t * 1e3));
         }
         std::printf("BENCHP {\"load_s\": %.2f, \"prefill_ms\": {%s}}\n", load_s, json.c_str());
+        return 0;
+    }
+
+    // --step-rows: per row count n, n sequences after 128-token prompts; the median of 9 timed
+    // decode steps (sampling included, graphs where the engine uses them) and one profiled step.
+    if (!step_rows.empty()) {
+        std::string json;
+        for (int n : step_rows) {
+            dr.reset_blocks();
+            std::vector<Seq> seqs;
+            std::vector<Seq*> ptrs;
+            dr.open_batch(n, 128 + 24, 500, seqs, ptrs);
+            for (int w = 0; w < 2; ++w) dr.decode(ptrs);
+            std::vector<double> ts;
+            for (int st = 0; st < 9; ++st) {
+                const auto t0 = Clock::now();
+                dr.decode(ptrs);
+                ts.push_back(secs(t0, Clock::now()));
+            }
+            std::sort(ts.begin(), ts.end());
+            engine::StepPlan plan;
+            for (Seq* q : ptrs) plan.rows.push_back(dr.row(*q, std::span<const int32_t>(&q->last, 1), true));
+            const gpu::OpTimes ops = be.profile_step(plan, dr.out_);
+            dr.advance(plan, ptrs);
+            for (auto& q : seqs) dr.close(q);
+            const double ms = ts[4] * 1e3;
+            std::printf(
+                "decode step of %d rows: %.3f ms (%.0f tok/s; weights once a step: %.3f ms at the copy bandwidth)\n", n,
+                ms, n / ts[4], wbytes / bw * 1e3);
+            print_ops("  profiled", ops);
+            json += (json.empty() ? "" : ", ") + ("\"" + std::to_string(n) + "\": {\"step_ms\": " + std::to_string(ms));
+            for (auto& [name, t] : ops.ms) json += ", \"" + name + "\": " + std::to_string(t);
+            json += "}";
+        }
+        std::printf("BENCHS {\"copy_bw\": %.0f, \"weight_bytes\": %.0f, \"steps\": {%s}}\n", bw, wbytes, json.c_str());
         return 0;
     }
 
@@ -310,11 +378,7 @@ int main(int argc, char** argv) {
         dr.reset_blocks();
         std::vector<Seq> seqs;
         std::vector<Seq*> ptrs;
-        for (int i = 0; i < nb; ++i) seqs.push_back(dr.open(i, 128 + 40, -1));
-        for (int i = 0; i < nb; ++i) {
-            dr.prefill(seqs[static_cast<size_t>(i)], random_tokens(128, V, 100 + static_cast<uint64_t>(i)));
-            ptrs.push_back(&seqs[static_cast<size_t>(i)]);
-        }
+        dr.open_batch(nb, 128 + 40, 100, seqs, ptrs);
         dr.decode(ptrs);
         const auto t0 = Clock::now();
         for (int st = 0; st < 32; ++st) dr.decode(ptrs);

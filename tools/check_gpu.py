@@ -26,13 +26,18 @@ import loomproc  # tools/loomproc.py: the engine child process
 MODELS = [
     ("stories260K.gguf", "stories260K.json", 1e-2, 2e-3),
     ("llama-2-tiny-random.gguf", "llama-2-tiny-random.json", 3e-2, 1e-2),
-    ("TinyStories-656K-Q8_0.gguf", "TinyStories-656K-Q8_0.json", 3e-2, 1e-2),
+    # llama.cpp's values for this model are 7.2e-2 from loom-engine-cpu itself (which agrees with
+    # the float64 reference64 values; its 8-bit activations against Q8_0 weights), so the
+    # reference bound only catches gross errors here; vs cpu is the check.
+    ("TinyStories-656K-Q8_0.gguf", "TinyStories-656K-Q8_0.json", 1e-1, 1e-2),
     ("wide/stories260K-wide-f16.gguf", "stories260K-wide-f16.json", 3e-2, 1e-2),
     ("wide/stories260K-wide-bf16.gguf", "stories260K-wide-bf16.json", 3e-2, 1e-2),
-    ("wide/stories260K-wide-q8_0.gguf", "stories260K-wide-q8_0.json", 3e-2, 1e-2),
-    ("wide/stories260K-wide-q4_k.gguf", "stories260K-wide-q4_k.json", 3e-2, 1e-2),
-    ("wide/stories260K-wide-q6_k.gguf", "stories260K-wide-q6_k.json", 3e-2, 1e-2),
-    ("wide/stories260K-wide-q4_k_m.gguf", "stories260K-wide-q4_k_m.json", 3e-2, 1e-2),
+    # The quantized wide models: llama.cpp's values are 0.09-0.15 from loom-engine-cpu itself
+    # (its 8-bit activations), so here too only vs cpu is a close check.
+    ("wide/stories260K-wide-q8_0.gguf", "stories260K-wide-q8_0.json", 2e-1, 1e-2),
+    ("wide/stories260K-wide-q4_k.gguf", "stories260K-wide-q4_k.json", 2e-1, 1e-2),
+    ("wide/stories260K-wide-q6_k.gguf", "stories260K-wide-q6_k.json", 2e-1, 1e-2),
+    ("wide/stories260K-wide-q4_k_m.gguf", "stories260K-wide-q4_k_m.json", 2e-1, 1e-2),
 ]
 REFUSED = [("TinyStories-656K-Q3_K_M.gguf", "iq4_nl")]
 # Tolerance floor with the F16 KV pool: the emulator's F16 pool on stories260K differs from the

@@ -5,8 +5,10 @@
 # them, and the benchmarks (tools/bench_gpu.py). Logs go to $OUT (or ./gpu-out) as it runs, and a
 # summary is printed last.
 #
-# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler small small16 gen check8b core
-# serving bench sass ncu (default: all but serving); CHECK8B_ARGS is one engine option for
+# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler qgemm small small16 gen steps check8b
+# core serving bench sass ncu (default: all but steps and serving); qgemm checks the tensor-core
+# decode GEMM (loom-gpu-qgemm-test); steps times decode steps by row count (STEP_ROWS,
+# STEP_VARIANTS; after gen); CHECK8B_ARGS is one engine option for
 # check8b (e.g. --kv-f32). core runs tests/e2e/test_engine_core.py's
 # batching/chunking/prefix/preemption cases on loom-engine-cuda; serving runs
 # tools/bench_serving.py at the engine protocol (SERVING_RUNS, SERVING_OPTS), and with
@@ -16,9 +18,10 @@
 # --variant NAME:ARGS: the F32 pool and --batch-invariant by default); BENCH_SKIP_GATEWAY=1
 # leaves out the gateway figures. sass writes the single-row matvec kernels' machine code and
 # opcode counts; ncu profiles a few decode matvecs (Nsight Compute, clocks left alone;
-# NCU_MODELS, NCU_KERNELS choose). GEN_TYPES (default "f16 q4_k_m") picks the 8B models gen makes.
+# NCU_MODELS, NCU_KERNELS choose; NCU_BENCH_ARGS replaces the bench's arguments, NCU_SKIP the
+# kernels skipped first). GEN_TYPES (default "f16 q4_k_m") picks the 8B models gen makes.
 # The binaries (loom-engine-cuda, loom-engine-cpu, loom-gpu-bench, loom-gpu-sampler-test,
-# loom-make-model, loom-gateway) come from one of:
+# loom-gpu-qgemm-test, loom-make-model, loom-gateway) come from one of:
 #   BIN=DIR        prebuilt, in DIR. Shared libraries they need that this machine lacks (e.g.
 #                  the ICU of the build machine, for loom-gateway) may be carried in DIR/lib,
 #                  which goes on LD_LIBRARY_PATH; a DIR/lib/*.tar.xz is unpacked there first.
@@ -42,7 +45,8 @@ if [ -n "${BUILD_DIR:-}" ]; then
     >"${OUT:-/tmp}/configure.log" 2>&1 || { tail -30 "${OUT:-/tmp}/configure.log" >&2; echo "gpu_check: configure failed" >&2; }
   have=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | sed -n 's/^\(loom-[a-z0-9-]*\): phony$/\1/p')
   want_t=()
-  for t in loom-engine-cuda loom-engine-cpu loom-make-model loom-gpu-bench loom-gpu-sampler-test loom-gateway; do
+  for t in loom-engine-cuda loom-engine-cpu loom-make-model loom-gpu-bench loom-gpu-sampler-test loom-gpu-qgemm-test \
+    loom-gateway; do
     grep -qx "$t" <<<"$have" && want_t+=("$t")
   done
   BIN="$BUILD_DIR/bin"
@@ -79,7 +83,7 @@ if [ -d "$BIN/lib" ]; then
 fi
 export PYTHONUNBUFFERED=1
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler small small16 gen check8b core bench sass ncu)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler qgemm small small16 gen check8b core bench sass ncu)
 BENCH_VARIANTS=${BENCH_VARIANTS:-"kvf32:--kv-f32 invariant:--batch-invariant"}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
@@ -122,6 +126,11 @@ main() {
     timeout 120 "$BIN/loom-gpu-sampler-test" 600 2>&1 | tail -15 | tee "$OUT/sampler.log"
     note "sampler: $(tail -1 "$OUT/sampler.log")"
   fi
+  if want qgemm; then
+    stamp "tensor-core decode GEMM vs a float64 product (tests/gpu/test_qgemm.cpp)"
+    timeout 120 "$BIN/loom-gpu-qgemm-test" 2>&1 | tail -8 | tee "$OUT/qgemm.log"
+    note "qgemm: $(tail -1 "$OUT/qgemm.log")"
+  fi
   if want small; then
     stamp "shared models vs references and the CPU engine (F32 KV pool)"
     timeout 300 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" --engine-arg=--kv-f32 \
@@ -143,6 +152,24 @@ main() {
         --threads "$(nproc)" --out "$SHM/llama3-8b-$t.gguf" 2>&1 | tail -2
     done
     ls -la "$SHM"
+  fi
+  if want steps; then
+    # Decode steps of STEP_ROWS rows (loom-gpu-bench --step-rows: median step time and one
+    # profiled step) per model of GEN_TYPES and per STEP_VARIANTS entry (name:engine options,
+    # ';'-separated; "default:" runs the defaults).
+    local v vn va t
+    IFS=';' read -ra vs <<<"${STEP_VARIANTS:-default:;dequant:--decode-gemm-rows 0}"
+    for t in ${GEN_TYPES:-f16 q4_k_m}; do
+      for v in "${vs[@]}"; do
+        want steps || break
+        vn=${v%%:*} va=${v#*:}
+        stamp "decode steps $t $vn ($va): rows ${STEP_ROWS:-1,4,8,16,64,256}"
+        # shellcheck disable=SC2086
+        timeout "$(left 150)" "$BIN/loom-gpu-bench" --model "$SHM/llama3-8b-$t.gguf" \
+          --step-rows "${STEP_ROWS:-1,4,8,16,64,256}" $va >"$OUT/steps-$t-$vn.log" 2>&1
+        grep "^decode step" "$OUT/steps-$t-$vn.log" | sed "s/^/$t $vn: /" | tee -a "$SUMMARY"
+      done
+    done
   fi
   if want check8b; then
     for t in q4_k_m f16; do
@@ -220,9 +247,11 @@ for n, c in counts.items():
     stamp "Nsight Compute: decode matvec kernels of the first layers (${NCU_MODELS:-q4_k_m f16})"
     if command -v ncu >/dev/null; then
       for t in ${NCU_MODELS:-q4_k_m f16}; do
-        timeout 75 ncu --clock-control none -k regex:"${NCU_KERNELS:-matvec_kernel|attn_}" -s 1 -c 8 --section SpeedOfLight \
-          --section Occupancy --section WarpStateStats --section SchedulerStats -f -o "$OUT/ncu-$t" \
-          "$BIN/loom-gpu-bench" --model "$SHM/llama3-8b-$t.gguf" --decode-only --prompt 64 --gen 2 >"$OUT/ncu-$t.run.log" 2>&1
+        # shellcheck disable=SC2086
+        timeout 75 ncu --clock-control none -k regex:"${NCU_KERNELS:-matvec_kernel|attn_}" -s "${NCU_SKIP:-1}" -c 8 --section SpeedOfLight \
+          --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+          --section InstructionStats -f -o "$OUT/ncu-$t" \
+          "$BIN/loom-gpu-bench" --model "$SHM/llama3-8b-$t.gguf" ${NCU_BENCH_ARGS:---decode-only --prompt 64 --gen 2} >"$OUT/ncu-$t.run.log" 2>&1
         timeout 30 ncu -i "$OUT/ncu-$t.ncu-rep" --page details >"$OUT/ncu-$t.txt" 2>&1
         grep -E "matvec_kernel|attn_|Duration|DRAM Throughput|Issued Warp|No Eligible|Achieved Occupancy" \
           "$OUT/ncu-$t.txt" | head -120
