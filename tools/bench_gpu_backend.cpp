@@ -111,15 +111,11 @@ public:
         }
     }
     // One decode step of every sequence in `seqs` (their last tokens).
-    void decode(const std::vector<Seq*>& seqs) {
+    void decode(const std::vector<Seq*>& seqs) { run(decode_plan(seqs), seqs); }
+    // The plan of one decode step of every sequence in `seqs` (for profiling).
+    engine::StepPlan decode_plan(const std::vector<Seq*>& seqs) {
         engine::StepPlan plan;
         for (Seq* s : seqs) plan.rows.push_back(row(*s, std::span<const int32_t>(&s->last, 1), true));
-        run(plan, seqs);
-    }
-    // The plan of one decode step of `s` (for profiling).
-    engine::StepPlan decode_plan(Seq& s) {
-        engine::StepPlan plan;
-        plan.rows.push_back(row(s, std::span<const int32_t>(&s.last, 1), true));
         return plan;
     }
     void run(const engine::StepPlan& plan, const std::vector<Seq*>& seqs) {
@@ -289,8 +285,7 @@ int main(int argc, char** argv) {
                 ts.push_back(secs(t0, Clock::now()));
             }
             std::sort(ts.begin(), ts.end());
-            engine::StepPlan plan;
-            for (Seq* q : ptrs) plan.rows.push_back(dr.row(*q, std::span<const int32_t>(&q->last, 1), true));
+            const engine::StepPlan plan = dr.decode_plan(ptrs);
             const gpu::OpTimes ops = be.profile_step(plan, dr.out_);
             dr.advance(plan, ptrs);
             for (auto& q : seqs) dr.close(q);
@@ -337,7 +332,7 @@ int main(int argc, char** argv) {
         Seq s = dr.open(0, prompt + 8, lp);
         dr.prefill(s, random_tokens(prompt, V, 2));
         for (int rep = 0; rep < 2; ++rep) {
-            const engine::StepPlan plan = dr.decode_plan(s);
+            const engine::StepPlan plan = dr.decode_plan({&s});
             (lp < 0 ? ops : ops_lp) = be.profile_step(plan, dr.out_);
             dr.advance(plan, {&s});
         }

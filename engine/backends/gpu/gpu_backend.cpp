@@ -50,12 +50,9 @@ void GpuBackend::upload(Staged<T>& s) {
     if (s.n) LOOM_GPU_CHECK(gpuMemcpyAsync(s.dev, s.host, sizeof(T) * s.n, gpuMemcpyHostToDevice, stream_));
 }
 
-int default_matvec_rows(uint32_t ffn_type) {
-#if defined(LOOM_GPU_CUDA)
-    return ffn_type == kF16 ? 2 : 4;
-#else
-    return ffn_type == kF16 ? 2 : 8;
-#endif
+int default_matvec_rows(uint32_t ffn_type, bool decode_gemm) {
+    if (ffn_type == kF16) return 2;
+    return decode_gemm ? 4 : 8;
 }
 
 GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
@@ -65,8 +62,6 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
         throw std::invalid_argument("GPU options out of range (slots and step tokens >= 1, KV fraction in (0, 1])");
     check_tensor_types(file_, opts.engine_name);
     w_ = engine::LlamaWeights::bind(file_, {opts.engine_name, device_type_supported});
-    if (opts_.matvec_rows < 0)
-        opts_.matvec_rows = default_matvec_rows(w_.layers.empty() ? kF16 : w_.layers[0].gate.type);
     if (opts_.decode_gemm_rows > 0 && !qgemm_available())
         throw std::invalid_argument("this build has no tensor-core decode GEMM (decode_gemm_rows must be 0)");
 #if defined(LOOM_GPU_CUDA)
@@ -75,6 +70,9 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     constexpr int kDecodeGemmRows = 0;  // the emulator on request only; HIP has no such kernel
 #endif
     if (opts_.decode_gemm_rows < 0) opts_.decode_gemm_rows = kDecodeGemmRows;
+    if (opts_.matvec_rows < 0)
+        opts_.matvec_rows =
+            default_matvec_rows(w_.layers.empty() ? kF16 : w_.layers[0].gate.type, opts_.decode_gemm_rows > 0);
     const auto& hp = w_.hp;
     const model::Vocab vocab = model::Vocab::from_gguf(file_);
     if (vocab.size() > hp.n_vocab)

@@ -75,11 +75,12 @@ struct GpuOptions {
 /// The matvec/GEMM crossover for a model whose FFN matrices have ggml type `ffn_type`: 2 rows
 /// for F16 (cuBLAS reads F16 weights as they are, and from 3 rows a GEMM step beats the batched
 /// matvec, whose step time grows with its rows: on the H200, 8B F16, 6.2-6.5 ms against 6.7-14.7
-/// ms at 3-8 rows; docs/benchmarks.md, "Small batches"); for every other type 4 in CUDA builds,
-/// where the tensor-core decode GEMM takes over (8B Q4_K_M: 9.1-9.3 ms a step at 4-8 rows
-/// against the matvec's 8.7 and 16.9 ms; docs/benchmarks.md, "Tensor-core decode GEMM"), and 8
-/// elsewhere (their GEMM path first dequantizes each matrix to F16).
-int default_matvec_rows(uint32_t ffn_type);
+/// ms at 3-8 rows; docs/benchmarks.md, "Small batches"); for every other type 4 when
+/// `decode_gemm` (GpuOptions::decode_gemm_rows > 0: the tensor-core decode GEMM takes over; 8B
+/// Q4_K_M: 9.1-9.3 ms a step at 4-8 rows against the matvec's 8.7 and 16.9 ms;
+/// docs/benchmarks.md, "Tensor-core decode GEMM"), else 8 (their GEMM path first dequantizes
+/// each matrix to F16).
+int default_matvec_rows(uint32_t ffn_type, bool decode_gemm);
 
 /// Per-operation device time of one profiled step (bench tool).
 struct OpTimes {

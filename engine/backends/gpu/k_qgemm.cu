@@ -251,9 +251,8 @@ __global__ void __launch_bounds__(kQgThreads, 2) qgemm_kernel(QgArgs a) {
                 st_shared16(dst + 8 * c, ok ? raw[j].q : uint4{0u, 0u, 0u, 0u});
             } else {
                 float v[C::kElems];
-                if (ok) {
+                if (ok) {  // whole chunks only: K is a multiple of 8 (qgemm_supports)
                     C::decode(raw[j], c, v);
-                    mask_tail<C>(c, K, v);
                 } else {
 #pragma unroll
                     for (int i = 0; i < C::kElems; ++i) v[i] = 0.0f;

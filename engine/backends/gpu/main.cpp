@@ -51,7 +51,7 @@ const char* kUsage = LOOM_ENGINE_NAME
     "                         their own paths\n"
     "  --matvec-rows N        steps of at most N token rows use the matvec kernel, larger ones GEMMs\n"
     "                         (default 2 for F16 weights, where cuBLAS is faster from 3 rows; for\n"
-    "                         the others 4 in CUDA builds, 8 elsewhere)\n"
+    "                         the others 4 where the decode GEMM runs, else 8)\n"
     "  --decode-gemm-rows N   steps of more rows than --matvec-rows and at most N run BF16 and\n"
     "                         quantized matrices through the tensor-core decode GEMM, which\n"
     "                         dequantizes in registers; larger steps dequantize to F16 for cuBLAS\n"
