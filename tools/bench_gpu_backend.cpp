@@ -6,7 +6,7 @@
 //
 // Usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] [GPU options]
 // where the GPU options are the engine's: --kv-f32, --batch-invariant, --no-graphs,
-// --no-fuse-rope, --own-gemm, --matvec-rows N, --decode-gemm-rows N, --decode-gemm-f16,
+// --no-fuse-rope, --own-gemm, --matvec-rows N, --decode-gemm-rows N, --decode-gemm-f16, --decode-gemm-tiled,
 // --tiled-prefill-attn / --gemm-prefill-attn / --gemm16-prefill-attn (the engine's
 // --prefill-attn tiled / gemm / gemm16); --ctx N; --prefill-list N,N,... times only those
 // prefills (TTFT of the backend); --step-rows N,N,... times and profiles only decode steps of
@@ -207,6 +207,7 @@ int main(int argc, char** argv) {
         else if (a == "--matvec-rows") opts.matvec_rows = next();
         else if (a == "--decode-gemm-rows") opts.decode_gemm_rows = next();
         else if (a == "--decode-gemm-f16") opts.decode_gemm_f16 = true;
+        else if (a == "--decode-gemm-tiled") opts.decode_gemm_tiled = true;
         else {
             std::fprintf(stderr, "loom-gpu-bench: unknown option %s\n", a.c_str());
             return 2;
@@ -229,7 +230,7 @@ int main(int argc, char** argv) {
                      "[--kv-f32] [--batch-invariant] [--no-graphs] [--no-fuse-rope] [--own-gemm] "
                      "[--matvec-rows N] [--tiled-prefill-attn | --gemm-prefill-attn | --gemm16-prefill-attn] "
                      "[--ctx N] [--prefill-list N,N,...] [--step-rows N,N,...] [--decode-gemm-rows N] "
-                     "[--decode-gemm-f16]\n");
+                     "[--decode-gemm-f16] [--decode-gemm-tiled]\n");
         return 2;
     }
     const double bw = copy_bandwidth();

@@ -6,12 +6,16 @@
 // y stored or added to. Weights are random floats quantized with model/quant's quantizers and
 // repacked into the device layout; the reference dequantizes the same blocks (quant.hpp) and
 // rounds weights and activations to F16 as the kernel's operands are, so that only the F32
-// summation order may differ: |gpu - ref| <= 1e-5 * sum |x w| + 1e-6. Exit status 0 when every
-// case agrees; the first disagreement of a case is printed.
+// summation order may differ: |gpu - ref| <= 1e-5 * sum |x w| + 1e-6. Q4_K with F16 activations
+// runs both kernels: the fragment kernel (k_qgemm_q4.cu), whose reference rounds each weight as
+// it does, f16(n * f16(d * sc) - f16(dmin * m)), and the tile kernel (q4_frag = false). Exit
+// status 0 when every case agrees; the first disagreement of a case is printed.
 //
 // The emulator build (loom-gpu-qgemm-test-emu, CTest unit.gpu_qgemm_emu) checks the kernel's
 // indexing and fragment layouts without a GPU; the CUDA build runs on the H200 in
 // tools/gpu_check.sh's `qgemm` stage.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -28,6 +32,31 @@ namespace {
 
 float f16_round(float v) { return model::fp16_to_fp32(model::fp32_to_fp16(v)); }
 
+// The weights of GGUF Q4_K rows (ggml-quants.c block_q4_K: d, dmin, scales[12], qs[128]) as the
+// fragment kernel rounds them: scale f16(d * sc), min f16(dmin * m), weight f16(n * scale - min).
+void q4k_f16_weights(const uint8_t* gg, int K, float* w) {
+    auto h = [](const uint8_t* p) { return model::fp16_to_fp32(static_cast<uint16_t>(p[0] | (p[1] << 8))); };
+    for (int b = 0; b < K / 256; ++b) {
+        const uint8_t* blk = gg + 144 * b;
+        const float d = h(blk), dmin = h(blk + 2);
+        const uint8_t *q = blk + 4, *qs = blk + 16;
+        for (int sb = 0; sb < 8; ++sb) {
+            int sc, m;  // get_scale_min_k4
+            if (sb < 4) {
+                sc = q[sb] & 63, m = q[sb + 4] & 63;
+            } else {
+                sc = (q[sb + 4] & 0xF) | ((q[sb - 4] >> 6) << 4);
+                m = (q[sb + 4] >> 4) | ((q[sb] >> 6) << 4);
+            }
+            const float scale = f16_round(d * static_cast<float>(sc)), mn = f16_round(dmin * static_cast<float>(m));
+            for (int i = 0; i < 32; ++i) {
+                const int byte = qs[32 * (sb / 2) + i], n = sb % 2 ? byte >> 4 : byte & 0xF;
+                w[256 * b + 32 * sb + i] = f16_round(std::fmaf(static_cast<float>(n), scale, -mn));
+            }
+        }
+    }
+}
+
 template <class T>
 T* device_copy(const std::vector<T>& h) {
     void* p = nullptr;
@@ -41,6 +70,7 @@ struct Case {
     const char* name;
     int N, K, M;
     bool x16, add;
+    bool tiled = false;  // Q4_K with F16 x: the tile kernel instead of the fragment kernel
 };
 
 // Runs one case; returns true when every output agrees with the reference.
@@ -54,7 +84,8 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
     for (int n = 0; n < N; ++n) {
         for (int k = 0; k < K; ++k) row[k] = nd(rng) * (k % 97 == 0 ? 4.0f : 0.5f);
         model::quantize_row(c.type, row.data(), gg.data() + gg_row * n, K);
-        model::dequantize_row(c.type, gg.data() + gg_row * n, w.data() + static_cast<size_t>(n) * K, K);
+        if (c.type == kQ4_K && c.x16 && !c.tiled) q4k_f16_weights(gg.data() + gg_row * n, K, w.data() + size_t(n) * K);
+        else model::dequantize_row(c.type, gg.data() + gg_row * n, w.data() + static_cast<size_t>(n) * K, K);
     }
     const size_t dev_row = device_row_bytes(c.type, K);
     std::vector<uint8_t> dev(dev_row * static_cast<size_t>(N));
@@ -84,7 +115,8 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
     dm.cols = K;
     dm.row_bytes = dev_row;
     dm.data = dw;
-    qgemm(dm, c.x16 ? nullptr : dx, c.x16 ? dxh : nullptr, ldx, M, dy, ldy, c.add, static_cast<float*>(dpart), nullptr);
+    qgemm(dm, c.x16 ? nullptr : dx, c.x16 ? dxh : nullptr, ldx, M, dy, ldy, c.add, static_cast<float*>(dpart), nullptr,
+          !c.tiled);
     LOOM_GPU_CHECK(gpuDeviceSynchronize());
     std::vector<float> y(y0.size());
     LOOM_GPU_CHECK(gpuMemcpy(y.data(), dy, y.size() * sizeof(float), gpuMemcpyDeviceToHost));
@@ -112,8 +144,9 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
             }
             if (c.add) ref += y0[i];
             if (!(std::fabs(y[i] - ref) <= 1e-5 * mag + 1e-6 * (1.0 + std::fabs(ref)))) {
-                std::printf("FAIL %s N=%d K=%d M=%d x16=%d add=%d: y[%d][%d] = %.7g, reference %.7g (sum |xw| %.4g)\n",
-                            c.name, N, K, M, c.x16, c.add, m, n, y[i], ref, mag);
+                std::printf(
+                    "FAIL %s%s N=%d K=%d M=%d x16=%d add=%d: y[%d][%d] = %.7g, reference %.7g (sum |xw| %.4g)\n",
+                    c.name, c.tiled ? " tiled" : "", N, K, M, c.x16, c.add, m, n, y[i], ref, mag);
                 ok = false;
             }
         }
@@ -143,15 +176,29 @@ int main(int argc, char** argv) {
             if (M == 255 && t.type != kQ4_K && t.type != kF16) continue;  // the emulator's time
             const int N = (i % 3 == 0) ? 7 : 130;
             cases.push_back({t.type, t.name, N, t.K, M, i % 2 == 0, i % 4 < 2});
+            // Q4_K with F16 activations: every row count through both kernels.
+            if (t.type == kQ4_K) {
+                cases.back().x16 = true;
+                cases.push_back(cases.back());
+                cases.back().tiled = true;
+                cases.push_back({t.type, t.name, N, t.K, M, false, i % 4 < 2});
+            }
             ++i;
         }
+    // The fragment kernel at one block a row (no split) and at 40 blocks (16 splits of 2-3
+    // blocks: both register sets, an odd count).
+    for (const auto& [K, M, N] :
+         {std::array<int, 3>{256, 5, 130}, std::array<int, 3>{10240, 3, 7}, std::array<int, 3>{10240, 17, 130}})
+        cases.push_back({kQ4_K, "q4_K", N, K, M, true, M == 3});
     std::mt19937_64 rng(20261203);
     int bad = 0;
     for (const Case& c : cases) {
         if (!run_case(c, rng)) ++bad;
         else
-            std::printf("ok %s N=%d K=%d M=%d x16=%d add=%d splits=%d\n", c.name, c.N, c.K, c.M, c.x16, c.add,
-                        qgemm_splits(c.N, c.K, c.M));
+            std::printf("ok %s%s N=%d K=%d M=%d x16=%d add=%d splits=%d\n", c.name,
+                        c.type == kQ4_K && c.x16 ? (c.tiled ? " tiled" : " frag") : "", c.N, c.K, c.M, c.x16, c.add,
+                        c.type == kQ4_K && c.x16 && !c.tiled ? std::min(qgemm_splits(c.N, c.K, c.M), c.K / 256)
+                                                             : qgemm_splits(c.N, c.K, c.M));
     }
     std::printf("qgemm: %zu cases, %d disagree\n", cases.size(), bad);
     return bad ? 1 : 0;

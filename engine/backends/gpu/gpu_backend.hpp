@@ -70,6 +70,9 @@ struct GpuOptions {
     int decode_gemm_rows = -1;
     /// F16 matrices through the decode GEMM too (default: cuBLAS reads them as they are).
     bool decode_gemm_f16 = false;
+    /// Q4_K matrices through the decode GEMM's tile kernel (weights decoded in F32 into shared
+    /// memory) instead of its fragment kernel (k_qgemm_q4.cu, the default): for comparisons.
+    bool decode_gemm_tiled = false;
 };
 
 /// The matvec/GEMM crossover for a model whose FFN matrices have ggml type `ffn_type`: 2 rows

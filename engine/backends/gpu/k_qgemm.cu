@@ -16,8 +16,7 @@
 #include <algorithm>
 #include <string>
 
-#include "engine/backends/gpu/k_dot.cuh"
-#include "engine/backends/gpu/k_matvec.cuh"
+#include "engine/backends/gpu/k_qgemm.cuh"
 
 namespace loom::gpu {
 
@@ -41,7 +40,8 @@ bool qgemm_supports(uint32_t type, int64_t cols) {
 
 bool qgemm_available() { return false; }
 
-void qgemm(const DevMatrix&, const float*, const uint16_t*, int64_t, int, float*, int64_t, bool, float*, gpuStream_t) {
+void qgemm(const DevMatrix&, const float*, const uint16_t*, int64_t, int, float*, int64_t, bool, float*, gpuStream_t,
+           bool) {
     throw GpuError("qgemm: the tensor-core decode GEMM is not built for HIP");
 }
 
@@ -49,134 +49,10 @@ void qgemm(const DevMatrix&, const float*, const uint16_t*, int64_t, int, float*
 
 namespace {
 
-constexpr int kQgThreads = 256;  // 8 warps
-constexpr int kQgN = 128;        // weight rows a block (16 a warp)
+using namespace qg;
+
 constexpr int kQgK = 128;        // columns a tile
 constexpr int kQgLd = kQgK + 8;  // shared-memory row stride in halves (272 bytes)
-constexpr int kQgMaxM = 64;      // activation rows a block
-
-#if defined(LOOM_GPU_EMU)
-// The 32-bit word (two halves) at p.
-inline uint32_t ld_pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
-// Half i (0..3) of the two words packed in v, as a float.
-inline float half_of(uint64_t v, int i) { return h2f(static_cast<uint16_t>(v >> (16 * i))); }
-#endif
-
-// ldmatrix .x4: register i of each lane gets, from the 8 x 8 half matrix whose rows lanes
-// 8i..8i+7 address (p, in shared memory), row lane/4, columns 2(lane%4) and 2(lane%4)+1.
-LOOM_DEV void ldsm_x4(const uint16_t* p, uint32_t (&r)[4]) {
-#if defined(__CUDA_ARCH__)
-    const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-#else
-    (void)p, (void)r;
-#endif
-}
-
-// The A fragment of mma.m16n8k16 (16 weight rows x 16 columns) from the row-major tile at s:
-// a[0] rows 0-7 columns 0-7, a[1] rows 8-15, a[2] and a[3] columns 8-15; lane l holds row l/4,
-// columns 2(l%4) and 2(l%4)+1 of each.
-LOOM_DEV void frag_a(const uint16_t* s, uint32_t (&a)[4]) {
-#if defined(LOOM_GPU_EMU)
-    const int l = ::loom::emu::lane(), g = l >> 2, t = l & 3;
-    for (int i = 0; i < 4; ++i) a[i] = ld_pair(s + (g + 8 * (i & 1)) * kQgLd + 2 * t + 8 * (i >> 1));
-#else
-    const int l = static_cast<int>(threadIdx.x) & 31;
-    ldsm_x4(s + (l & 15) * kQgLd + (l >> 4) * 8, a);
-#endif
-}
-
-// The B fragments of two adjacent 8-row activation tiles (rows 0-7 and 8-15 of s, 16 columns):
-// b[0], b[1] columns 0-7 and 8-15 of the first, b[2], b[3] of the second; lane l holds row l/4,
-// columns 2(l%4) and 2(l%4)+1 of each.
-LOOM_DEV void frag_b2(const uint16_t* s, uint32_t (&b)[4]) {
-#if defined(LOOM_GPU_EMU)
-    const int l = ::loom::emu::lane(), g = l >> 2, t = l & 3;
-    for (int i = 0; i < 4; ++i) b[i] = ld_pair(s + (g + 8 * (i >> 1)) * kQgLd + 2 * t + 8 * (i & 1));
-#else
-    const int l = static_cast<int>(threadIdx.x) & 31;
-    ldsm_x4(s + ((l & 7) + ((l >> 4) << 3)) * kQgLd + ((l >> 3) & 1) * 8, b);
-#endif
-}
-
-// c += A . B for one m16n8k16 tile: c[0], c[1] are row l/4, columns 2(l%4) and 2(l%4)+1 of the
-// 16 x 8 product, c[2], c[3] the same columns of row l/4 + 8.
-LOOM_DEV void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#if defined(LOOM_GPU_EMU)
-    const int l = ::loom::emu::lane(), g = l >> 2, t = l & 3;
-    float a0[16], a1[16], p0[16], p1[16];  // A rows g and g+8; B columns 2t and 2t+1
-    for (int u = 0; u < 4; ++u) {
-        // Lane 4g+u holds A[g][2u..2u+1] (a[0]), A[g+8][2u..] (a[1]), A[g][2u+8..] (a[2]),
-        // A[g+8][2u+8..] (a[3]); lane 4n+u holds B[2u..2u+1][n] (b0) and B[2u+8..][n] (b1).
-        const uint64_t lo = ::loom::emu::exchange(a[0] | (uint64_t{a[1]} << 32), 4 * g + u);
-        const uint64_t hi = ::loom::emu::exchange(a[2] | (uint64_t{a[3]} << 32), 4 * g + u);
-        const uint64_t q0 = ::loom::emu::exchange(b0 | (uint64_t{b1} << 32), 8 * t + u);
-        const uint64_t q1 = ::loom::emu::exchange(b0 | (uint64_t{b1} << 32), 8 * t + 4 + u);
-        for (int h = 0; h < 2; ++h) {
-            a0[2 * u + h] = half_of(lo, h), a1[2 * u + h] = half_of(lo, 2 + h);
-            a0[2 * u + 8 + h] = half_of(hi, h), a1[2 * u + 8 + h] = half_of(hi, 2 + h);
-            p0[2 * u + h] = half_of(q0, h), p0[2 * u + 8 + h] = half_of(q0, 2 + h);
-            p1[2 * u + h] = half_of(q1, h), p1[2 * u + 8 + h] = half_of(q1, 2 + h);
-        }
-    }
-    for (int k = 0; k < 16; ++k) {
-        c[0] += a0[k] * p0[k], c[1] += a0[k] * p1[k];
-        c[2] += a1[k] * p0[k], c[3] += a1[k] * p1[k];
-    }
-#elif defined(__CUDA_ARCH__)
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    (void)c, (void)a, (void)b0, (void)b1;
-#endif
-}
-
-// Two floats as two halves in one word, a low (round to nearest even): one packed conversion
-// instruction on the GPU.
-LOOM_DEV uint32_t pack2(float a, float b) {
-#if defined(__CUDA_ARCH__)
-    const __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-#else
-    return f2h(a) | (static_cast<uint32_t>(f2h(b)) << 16);
-#endif
-}
-
-// Stores 16 bytes at p (shared memory, 16-byte aligned) as one vector store: without the
-// explicit instruction the compiler split the decoded tiles' stores into four 32-bit ones.
-LOOM_DEV void st_shared16(uint16_t* p, uint4 v) {
-#if defined(__CUDA_ARCH__)
-    const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
-#else
-    *reinterpret_cast<uint4*>(p) = v;
-#endif
-}
-
-// Eight floats as eight halves (round to nearest even).
-LOOM_DEV uint4 pack8(const float* f) {
-    return uint4{pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7])};
-}
-
-/// The kernel's arguments (see qgemm in kernels.hpp).
-struct QgArgs {
-    DevMatrix w;
-    const float* x32;
-    const uint16_t* x16;
-    int64_t ldx;
-    int M;
-    float* y;
-    int64_t ldy;
-    bool add;
-    float* part;  // [splits][M][N] when gridDim.z > 1
-};
-
 // One activation piece: 8 consecutive columns of one row, F16 (XH) or F32 (zero() past M or K).
 template <bool XH>
 struct XPiece;
@@ -286,11 +162,11 @@ __global__ void __launch_bounds__(kQgThreads, 2) qgemm_kernel(QgArgs a) {
 #pragma unroll
         for (int kk = 0; kk < kQgK; kk += 16) {
             uint32_t af[4];
-            frag_a(wa + kk, af);
+            frag_a<kQgLd>(wa + kk, af);
 #pragma unroll
             for (int n2 = 0; n2 < NT / 2; ++n2) {
                 uint32_t bf[4];
-                frag_b2(sx + n2 * 16 * kQgLd + kk, bf);
+                frag_b2<kQgLd>(sx + n2 * 16 * kQgLd + kk, bf);
                 mma16816(acc[2 * n2], af, bf[0], bf[1]);
                 mma16816(acc[2 * n2 + 1], af, bf[2], bf[3]);
             }
@@ -298,24 +174,7 @@ __global__ void __launch_bounds__(kQgThreads, 2) qgemm_kernel(QgArgs a) {
         __syncthreads();
     }
 
-    // acc[i][e]: weight row n0 + 16 warp + lane/4 (+8 for e >= 2), activation row
-    // m0 + 8 i + 2 (lane % 4) (+1 for odd e).
-    const int lane = tid & 31;
-    const bool split = gridDim.z > 1;
-#pragma unroll
-    for (int i = 0; i < NT; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int n = n0 + warp * 16 + (lane >> 2) + (e >= 2 ? 8 : 0);
-            const int m = m0 + 8 * i + 2 * (lane & 3) + (e & 1);
-            if (n >= N || m >= a.M) continue;
-            if (split) {
-                a.part[(static_cast<int64_t>(blockIdx.z) * a.M + m) * N + n] = acc[i][e];
-            } else {
-                float* yp = a.y + static_cast<int64_t>(m) * a.ldy + n;
-                *yp = a.add ? *yp + acc[i][e] : acc[i][e];
-            }
-        }
+    store_acc<NT>(a, acc, n0 + warp * 16, m0, tid & 31);
 }
 
 // y[m][n] = (add ? y[m][n] : 0) + sum over s in order of part[s][m][n].
@@ -350,14 +209,16 @@ void launch_qgemm(const QgArgs& a, int splits, gpuStream_t s) {
 bool qgemm_available() { return true; }
 
 void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ldx, int M, float* y, int64_t ldy,
-           bool add, float* part, gpuStream_t s) {
+           bool add, float* part, gpuStream_t s, bool q4_frag) {
     if (M <= 0 || w.rows <= 0) return;
     if (!qgemm_supports(w.type, w.cols))
         throw GpuError("qgemm: weights of type " + std::to_string(w.type) + " and " + std::to_string(w.cols) +
                        " columns are not supported");
-    const int splits = qgemm_splits(w.rows, w.cols, M);
-    if (splits > 1 && !part) throw GpuError("qgemm: split-K needs a partials buffer");
     const QgArgs a{w, x32, x16, ldx, M, y, ldy, add, part};
+    const bool frag = q4_frag && q4_frag_takes(a);
+    int splits = qgemm_splits(w.rows, w.cols, M);
+    if (frag) splits = std::min<int>(splits, static_cast<int>(w.cols / 256));  // its tiles are 256 columns
+    if (splits > 1 && !part) throw GpuError("qgemm: split-K needs a partials buffer");
     const int nt = M <= 16 ? 2 : M <= 32 ? 4 : 8;
     auto go = [&](auto t) {
         constexpr uint32_t T = decltype(t)::value;
@@ -374,7 +235,8 @@ void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ld
             else by_x(std::integral_constant<int, 8>{});
         }
     };
-    with_type(w.type, "qgemm", go);
+    if (frag) qgemm_q4(a, nt, splits, s);
+    else with_type(w.type, "qgemm", go);
     if (splits > 1) {
         const int64_t total = static_cast<int64_t>(M) * w.rows;
         LOOM_LAUNCH(qgemm_reduce_kernel, dim3(static_cast<unsigned>((total + 255) / 256)), 256, 0, s, part, splits, M,

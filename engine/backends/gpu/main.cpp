@@ -56,7 +56,9 @@ const char* kUsage = LOOM_ENGINE_NAME
     "                         quantized matrices through the tensor-core decode GEMM, which\n"
     "                         dequantizes in registers; larger steps dequantize to F16 for cuBLAS\n"
     "                         (default 64 in CUDA builds; 0, off, in the emulator; HIP: 0 only)\n"
-    "  --decode-gemm-f16      F16 matrices through the decode GEMM too (default: cuBLAS)\n";
+    "  --decode-gemm-f16      F16 matrices through the decode GEMM too (default: cuBLAS)\n"
+    "  --decode-gemm-tiled    Q4_K matrices through the decode GEMM's shared-memory tile kernel, as\n"
+    "                         the other types, instead of its fragment kernel (for comparisons)\n";
 
 bool parse_int(const std::string& s, long long max, long long& out) {
     try {
@@ -104,6 +106,7 @@ int main(int argc, char** argv) {
         {"--no-fuse-rope", &opts.fuse_rope, false},
         {"--own-gemm", &opts.own_gemm, true},
         {"--decode-gemm-f16", &opts.decode_gemm_f16, true},
+        {"--decode-gemm-tiled", &opts.decode_gemm_tiled, true},
     };
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i], v;
