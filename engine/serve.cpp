@@ -1,6 +1,8 @@
 // Serve loop: a reader thread parses input lines; the calling thread schedules and steps.
 #include "engine/serve.hpp"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
@@ -18,6 +20,10 @@ namespace {
 namespace proto = loom::protocol;
 
 constexpr size_t kMaxLine = 64u << 20;  // longer input lines are refused
+// Output pipe buffer asked for: one step of 256 rows with top-20 logprobs writes about 100 KB,
+// more than a pipe's default 64 KiB, and a full pipe stalls the step loop until the reader drains
+// it. 1 MiB is Linux's default /proc/sys/fs/pipe-max-size.
+constexpr int kPipeBytes = 1 << 20;
 
 // Serialises whole batches of lines: each write is one fwrite and one flush, so a T and its
 // LP (and every line of one step) go out together.
@@ -130,6 +136,9 @@ protocol::Hello make_hello(const ModelInfo& info, const ServeOptions& opts) {
 }
 
 int serve(Backend& backend, std::FILE* in, std::FILE* out, const ServeOptions& opts) {
+#if defined(F_SETPIPE_SZ)
+    (void)::fcntl(::fileno(out), F_SETPIPE_SZ, kPipeBytes);  // fails harmlessly on a file or a terminal
+#endif
     Scheduler sched(backend, {opts.max_parallel, opts.max_batch_tokens});
     Writer w(out);
     w.line(make_hello(sched.info(), opts));

@@ -22,6 +22,10 @@ Scenarios (--scenarios, comma-separated; default all):
                Through the gateway only regex and choice kinds (guided_regex, guided_choice).
                Not in the default list: --scenarios grammar
 
+Each concurrency row also gives the CPU time the measured process spent per token (the
+engine's, or loom-gateway's through HTTP, from /proc/PID/stat) and that time's share of the
+burst's wall time: a share near 1.0 would mean that one thread of it limits the burst.
+
 Each concurrency row also gives the hardware ratio of its decode steps: the weight bytes
 (--weights-bytes, default the model file's size) read once per step over the ITL p50, as a share
 of --hbm-tbs (default 4.8 TB/s, the H200's HBM3e), and the tok/s that reading the weights once
@@ -184,16 +188,23 @@ class GatewayTarget:
                     buf += chunk
                     while b"\n\n" in buf:
                         event, buf = buf.split(b"\n\n", 1)
-                        data = event.decode()[len("data: "):]
-                        if data == "[DONE]":
+                        data = event[len(b"data: "):]
+                        if data == b"[DONE]":
                             continue
-                        obj = json.loads(data)
-                        if obj.get("choices") and obj["choices"][0].get("text"):
+                        # Only the usage and error events are parsed: JSON parsing of every
+                        # top-20 chunk in this one Python process limited the figures at
+                        # ~10,000 tokens/s. A chunk carries text unless its text is "" (inside
+                        # a JSON string that pattern would be escaped).
+                        if b'"usage":{' in data or b'"error":' in data:
+                            obj = json.loads(data)
+                            if obj.get("usage"):
+                                r["cached"] = (obj["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+                            if "error" in obj:
+                                r["end"] = "ERR " + json.dumps(obj["error"])
+                            if not obj.get("choices") or not obj["choices"][0].get("text"):
+                                continue
+                        if b'"choices":[{' in data and b'"text":""' not in data:
                             r["times"].append(now)
-                        if obj.get("usage"):
-                            r["cached"] = (obj["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-                        if "error" in obj:
-                            r["end"] = "ERR " + json.dumps(obj["error"])
                 c.close()
                 r["end"] = r["end"] or "DONE"
             except Exception as e:  # reported, not raised: the benchmark goes on
@@ -207,6 +218,13 @@ class GatewayTarget:
     def close(self):
         self.p.terminate()
         self.p.wait(timeout=60)
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of process `pid` so far (/proc/PID/stat fields 14 and 15)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_all(reqs, timeout=7200):
@@ -247,9 +265,13 @@ class Bench:
     def concurrency(self):
         for lp in (None, 20):
             for c in self.a.concurrency:
+                cpu0, wall0 = cpu_seconds(self.t.p.pid), time.perf_counter()
                 reqs = [self.t.submit(self.prompt(self.a.prompt), self.a.gen, lp) for _ in range(c)]
                 wait_all(reqs)
+                cpu = cpu_seconds(self.t.p.pid) - cpu0
                 sm = summarize(reqs)
+                sm["cpu_us_per_token"] = round(cpu / max(sm["tokens"], 1) * 1e6, 2)
+                sm["cpu_share"] = round(cpu / (time.perf_counter() - wall0), 3)
                 hw = {}
                 if sm["itl_p50_ms"]:
                     tbs = self.a.weights_bytes / (sm["itl_p50_ms"] / 1000) / 1e12
@@ -365,14 +387,16 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"engine": os.path.basename(a.engine), "model": os.path.basename(a.model),
                        "engine_args": a.engine_arg, "results": results}, f, indent=1)
-    print("\n%-8s %-12s %-22s %9s %11s %11s %10s %10s %6s %9s" % ("target", "scenario", "case", "tok/s", "TTFT p50",
-                                                                 "TTFT p99", "ITL p50", "ITL p99", "HBM", "limit"))
+    print("\n%-8s %-12s %-22s %9s %11s %11s %10s %10s %6s %9s %8s %5s" % (
+        "target", "scenario", "case", "tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "HBM", "limit", "cpu us/t",
+        "cpu"))
     for r in results:
         if r["scenario"] == "concurrency":
             case = "c=%d lp=%d" % (r["concurrency"], r["logprobs"])
-            print("%-8s %-12s %-22s %9.1f %9.2fms %9.2fms %8.2fms %8.2fms %6.3f %9.1f" % (
+            print("%-8s %-12s %-22s %9.1f %9.2fms %9.2fms %8.2fms %8.2fms %6.3f %9.1f %8.2f %5.2f" % (
                 r["target"], r["scenario"], case, r["tok_s"], r["ttft_p50_ms"], r["ttft_p99_ms"], r["itl_p50_ms"] or 0,
-                r["itl_p99_ms"] or 0, r.get("hbm_share", 0), r.get("limit_tok_s", 0)))
+                r["itl_p99_ms"] or 0, r.get("hbm_share", 0), r.get("limit_tok_s", 0), r["cpu_us_per_token"],
+                r["cpu_share"]))
         else:
             rest = {k: v for k, v in r.items() if k not in ("target", "scenario")}
             print("%-8s %-12s %s" % (r["target"], r["scenario"], json.dumps(rest)))
