@@ -10,7 +10,8 @@
 // --tiled-prefill-attn / --gemm-prefill-attn / --gemm16-prefill-attn (the engine's
 // --prefill-attn tiled / gemm / gemm16); --ctx N; --prefill-list N,N,... times only those
 // prefills (TTFT of the backend); --step-rows N,N,... times and profiles only decode steps of
-// those many rows (one row a sequence, after 128-token prompts).
+// those many rows (one row a sequence, after 128-token prompts), with top-K logprobs under
+// --step-logprobs K.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -87,10 +88,11 @@ public:
     void close(Seq& s) { be_.close_slot(s.slot); }
     // n sequences in slots 0..n-1, each prefilled with 128 random tokens (seeds seed + i), with
     // room for `capacity` positions; ptrs points at them (seqs is not resized afterwards).
-    void open_batch(int n, int64_t capacity, uint64_t seed, std::vector<Seq>& seqs, std::vector<Seq*>& ptrs) {
+    void open_batch(int n, int64_t capacity, uint64_t seed, std::vector<Seq>& seqs, std::vector<Seq*>& ptrs,
+                    int n_logprobs = -1) {
         seqs.clear();
         ptrs.clear();
-        for (int i = 0; i < n; ++i) seqs.push_back(open(i, capacity, -1));
+        for (int i = 0; i < n; ++i) seqs.push_back(open(i, capacity, n_logprobs));
         for (int i = 0; i < n; ++i) {
             prefill(seqs[static_cast<size_t>(i)],
                     random_tokens(128, be_.info().n_vocab, seed + static_cast<uint64_t>(i)));
@@ -181,6 +183,7 @@ int main(int argc, char** argv) {
     bool decode_only = false;
     std::vector<int> prefill_list;  // --prefill-list: only these prefills, timed
     std::vector<int> step_rows;     // --step-rows: only decode steps of these many rows, timed and profiled
+    int step_logprobs = -1;         // --step-logprobs K: those rows ask for top-K logprobs
     gpu::GpuOptions opts;
     opts.engine_name = "loom-gpu-bench";
     opts.n_ctx = 4096;
@@ -204,6 +207,7 @@ int main(int argc, char** argv) {
         else if (a == "--ctx") opts.n_ctx = next();
         else if (a == "--prefill-list" && i + 1 < argc) prefill_list = int_list(argv[++i]);
         else if (a == "--step-rows" && i + 1 < argc) step_rows = int_list(argv[++i]);
+        else if (a == "--step-logprobs") step_logprobs = next();
         else if (a == "--matvec-rows") opts.matvec_rows = next();
         else if (a == "--decode-gemm-rows") opts.decode_gemm_rows = next();
         else if (a == "--decode-gemm-f16") opts.decode_gemm_f16 = true;
@@ -277,7 +281,7 @@ int main(int argc, char** argv) {
             dr.reset_blocks();
             std::vector<Seq> seqs;
             std::vector<Seq*> ptrs;
-            dr.open_batch(n, 128 + 24, 500, seqs, ptrs);
+            dr.open_batch(n, 128 + 24, 500, seqs, ptrs, step_logprobs);
             for (int w = 0; w < 2; ++w) dr.decode(ptrs);
             std::vector<double> ts;
             for (int st = 0; st < 9; ++st) {

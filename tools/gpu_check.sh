@@ -9,7 +9,9 @@
 # core serving bench sass ncu (default: all but steps and serving); qgemm checks the tensor-core
 # decode GEMM (loom-gpu-qgemm-test); steps times decode steps by row count (STEP_ROWS,
 # STEP_VARIANTS; after gen); CHECK8B_ARGS is one engine option for
-# check8b (e.g. --kv-f32). core runs tests/e2e/test_engine_core.py's
+# check8b (e.g. --kv-f32). BASE_BIN=DIR (another build's binaries, e.g. main before a change)
+# adds a "base" variant to steps and, with SERVING_BASE=1, a "-base" run of every serving entry,
+# so that before and after are measured in one call. core runs tests/e2e/test_engine_core.py's
 # batching/chunking/prefix/preemption cases on loom-engine-cuda; serving runs
 # tools/bench_serving.py at the engine protocol (SERVING_RUNS, SERVING_OPTS), and with
 # SERVING_GATEWAY=1 also through loom-gateway (same engine, streamed HTTP). small checks the
@@ -19,7 +21,7 @@
 # leaves out the gateway figures. sass writes the single-row matvec kernels' machine code and
 # opcode counts; ncu profiles a few decode matvecs (Nsight Compute, clocks left alone;
 # NCU_MODELS, NCU_KERNELS choose; NCU_BENCH_ARGS replaces the bench's arguments, NCU_SKIP the
-# kernels skipped first). GEN_TYPES (default "f16 q4_k_m") picks the 8B models gen makes.
+# kernels skipped first, NCU_COUNT the kernels profiled, default 8). GEN_TYPES (default "f16 q4_k_m") picks the 8B models gen makes.
 # The binaries (loom-engine-cuda, loom-engine-cpu, loom-gpu-bench, loom-gpu-sampler-test,
 # loom-gpu-qgemm-test, loom-make-model, loom-gateway) come from one of:
 #   BIN=DIR        prebuilt, in DIR. Shared libraries they need that this machine lacks (e.g.
@@ -157,15 +159,20 @@ main() {
     # Decode steps of STEP_ROWS rows (loom-gpu-bench --step-rows: median step time and one
     # profiled step) per model of GEN_TYPES and per STEP_VARIANTS entry (name:engine options,
     # ';'-separated; "default:" runs the defaults).
-    local v vn va t
+    # With BASE_BIN=DIR (another build's binaries, e.g. main before a change), each model also
+    # runs BASE_BIN's loom-gpu-bench with the defaults first, as variant "base".
+    local v vn va t bench
     IFS=';' read -ra vs <<<"${STEP_VARIANTS:-default:;dequant:--decode-gemm-rows 0}"
+    [ -n "${BASE_BIN:-}" ] && vs=("base:" "${vs[@]}")
     for t in ${GEN_TYPES:-f16 q4_k_m}; do
       for v in "${vs[@]}"; do
         want steps || break
         vn=${v%%:*} va=${v#*:}
+        bench="$BIN/loom-gpu-bench"
+        [ "$vn" = base ] && bench="$BASE_BIN/loom-gpu-bench"
         stamp "decode steps $t $vn ($va): rows ${STEP_ROWS:-1,4,8,16,64,256}"
         # shellcheck disable=SC2086
-        timeout "$(left 150)" "$BIN/loom-gpu-bench" --model "$SHM/llama3-8b-$t.gguf" \
+        timeout "$(left 150)" "$bench" --model "$SHM/llama3-8b-$t.gguf" \
           --step-rows "${STEP_ROWS:-1,4,8,16,64,256}" $va >"$OUT/steps-$t-$vn.log" 2>&1
         grep "^decode step" "$OUT/steps-$t-$vn.log" | sed "s/^/$t $vn: /" | tee -a "$SUMMARY"
       done
@@ -196,17 +203,28 @@ main() {
     # (model|name|scenarios|engine args|bench options, ';'-separated; model is f16 or q4_k_m,
     # the llama3-8b files of the gen stage), SERVING_OPTS added to every run's options. Every run
     # gets --parallel 256 first (the default is 64), so that c = 256 runs all at once.
-    local runs r t name scen args opts a
+    # SERVING_BASE=1 with BASE_BIN=DIR runs every entry with BASE_BIN's engine first (name-base).
+    local runs r t name scen args opts a eng
     IFS=';' read -ra runs <<<"${SERVING_RUNS:-q4_k_m|base|concurrency,prefix||}"
+    if [ "${SERVING_BASE:-0}" = 1 ] && [ -n "${BASE_BIN:-}" ]; then
+      local both=()
+      for r in "${runs[@]}"; do
+        IFS='|' read -r t name scen args opts <<<"$r"
+        both+=("$t|$name-base|$scen|$args|$opts" "$r")
+      done
+      runs=("${both[@]}")
+    fi
     for r in "${runs[@]}"; do
       IFS='|' read -r t name scen args opts <<<"$r"
       want serving || break
-      stamp "serving $t $name: $scen (engine: $args; bench: $opts)"
+      eng="$BIN/loom-engine-cuda"
+      [ "${name%-base}" != "$name" ] && eng="$BASE_BIN/loom-engine-cuda"
+      stamp "serving $t $name: $scen (engine: $eng $args; bench: $opts)"
       local eargs=(--engine-arg=--parallel=256)
       [ "${SERVING_GATEWAY:-0}" = 1 ] && [ -x "$BIN/loom-gateway" ] && eargs+=(--gateway "$BIN/loom-gateway")
       for a in $args; do eargs+=("--engine-arg=$a"); done
       # shellcheck disable=SC2086
-      timeout "$(left "${SERVING_TIMEOUT:-300}")" python3 tools/bench_serving.py --engine "$BIN/loom-engine-cuda" \
+      timeout "$(left "${SERVING_TIMEOUT:-300}")" python3 tools/bench_serving.py --engine "$eng" \
         --model "$SHM/llama3-8b-$t.gguf" --scenarios "$scen" "${eargs[@]}" $opts ${SERVING_OPTS:-} \
         --json "$OUT/serving-$t-$name.json" 2>&1 | tee "$OUT/serving-$t-$name.log"
       note "serving $t $name ($scen; engine: $args; bench: $opts):"
@@ -248,7 +266,7 @@ for n, c in counts.items():
     if command -v ncu >/dev/null; then
       for t in ${NCU_MODELS:-q4_k_m f16}; do
         # shellcheck disable=SC2086
-        timeout 75 ncu --clock-control none -k regex:"${NCU_KERNELS:-matvec_kernel|attn_}" -s "${NCU_SKIP:-1}" -c 8 --section SpeedOfLight \
+        timeout 75 ncu --clock-control none -k regex:"${NCU_KERNELS:-matvec_kernel|attn_}" -s "${NCU_SKIP:-1}" -c "${NCU_COUNT:-8}" --section SpeedOfLight \
           --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
           --section InstructionStats -f -o "$OUT/ncu-$t" \
           "$BIN/loom-gpu-bench" --model "$SHM/llama3-8b-$t.gguf" ${NCU_BENCH_ARGS:---decode-only --prompt 64 --gen 2} >"$OUT/ncu-$t.run.log" 2>&1

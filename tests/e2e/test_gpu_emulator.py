@@ -31,9 +31,9 @@ STORIES = "models/stories260K.gguf"
 SANITIZED = os.environ.get("LOOM_SANITIZED") == "1"
 
 
-def generate(engine, model, cases, args=()):
+def generate(engine, model, cases, args=(), logprobs=20):
     lines = "".join(f"GEN c{i} prompt={','.join(map(str, c['prompt_ids']))} max_tokens={len(c['steps'])} "
-                    f"temperature=0 logprobs=20 ignore_eos=1\n" for i, c in enumerate(cases))
+                    f"temperature=0 logprobs={logprobs} ignore_eos=1\n" for i, c in enumerate(cases))
     p = subprocess.run([engine, "--model", model, *args], input=lines, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     out = {}

@@ -2,6 +2,8 @@
 #include "engine/backends/gpu/device_model.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -74,12 +76,15 @@ DeviceModel::DeviceModel(const engine::LlamaWeights& w) {
         output_norm = upload_vec(w.output_norm);
         for (const auto& L : w.layers) {
             DevLayer d;
-            d.wq = upload(L.wq);
-            d.wk = upload(L.wk);
-            d.wv = upload(L.wv);
+            const engine::Matrix* qkv[3] = {&L.wq, &L.wk, &L.wv};
+            DevMatrix qkv_d[3];
+            d.wqkv = upload_group(qkv, qkv_d, 3);
+            d.wq = qkv_d[0], d.wk = qkv_d[1], d.wv = qkv_d[2];
             d.wo = upload(L.wo);
-            d.gate = upload(L.gate);
-            d.up = upload(L.up);
+            const engine::Matrix* gu[2] = {&L.gate, &L.up};
+            DevMatrix gu_d[2];
+            d.gate_up = upload_group(gu, gu_d, 2);
+            d.gate = gu_d[0], d.up = gu_d[1];
             d.down = upload(L.down);
             d.attn_norm = upload_vec(L.attn_norm);
             d.ffn_norm = upload_vec(L.ffn_norm);
@@ -102,32 +107,63 @@ DeviceModel::~DeviceModel() {
 
 DevMatrix DeviceModel::upload(const engine::Matrix& m) {
     DevMatrix d;
-    d.type = m.type;
-    d.rows = m.rows;
-    d.cols = m.cols;
-    d.row_bytes = device_row_bytes(m.type, m.cols);
-    const size_t total = d.row_bytes * static_cast<size_t>(m.rows);
+    upload_group(std::array<const engine::Matrix*, 1>{&m}.data(), &d, 1);
+    return d;
+}
+
+DevMatrix DeviceModel::upload_group(const engine::Matrix* const* m, DevMatrix* out, int n) {
+    // Each matrix starts 256-byte aligned; one of the same type and width as the one before
+    // starts where that one ends (its size is a whole number of such rows, a multiple of 16
+    // bytes), so that the group reads as one matrix.
+    size_t total = 0;
+    bool same = true;
+    for (int i = 0; i < n; ++i) {
+        DevMatrix& d = out[i];
+        d.type = m[i]->type;
+        d.rows = m[i]->rows;
+        d.cols = m[i]->cols;
+        d.row_bytes = device_row_bytes(d.type, d.cols);
+        same = same && (i == 0 || (d.type == out[0].type && d.cols == out[0].cols));
+        total += d.row_bytes * static_cast<size_t>(d.rows) + 255;
+    }
     void* p = nullptr;
     LOOM_GPU_CHECK(gpuMalloc(&p, total));
     allocs_.push_back(p);
     bytes += total;
-    auto* dst = static_cast<uint8_t*>(p);
+    auto* at = static_cast<uint8_t*>(p);
+    DevMatrix all = out[0];
+    all.rows = 0;
+    for (int i = 0; i < n; ++i) {
+        out[i].data = at;
+        copy_rows(*m[i], out[i]);
+        all.rows += out[i].rows;
+        at += out[i].row_bytes * static_cast<size_t>(out[i].rows);
+        if (!same) at += (256 - reinterpret_cast<uintptr_t>(at) % 256) % 256;
+    }
+    all.data = out[0].data;
+    // F32 weights (small test models) keep their separate products: nothing to gain there, and
+    // their cuBLAS F32 products then round as before.
+    if (!same || all.type == kF32) all = DevMatrix{};
+    return all;
+}
+
+void DeviceModel::copy_rows(const engine::Matrix& m, const DevMatrix& d) {
+    auto* dst = const_cast<uint8_t*>(d.data);
+    const size_t total = d.row_bytes * static_cast<size_t>(m.rows);
     const bool same_layout = m.type != kQ8_0 && m.type != kQ6_K && d.row_bytes == m.row_bytes;
     if (same_layout) {
         LOOM_GPU_CHECK(gpuMemcpy(dst, m.data, total, gpuMemcpyHostToDevice));
-    } else {
-        // Repack through a host staging buffer of about 64 MiB.
-        const int64_t step = std::max<int64_t>(1, static_cast<int64_t>((size_t{64} << 20) / d.row_bytes));
-        std::vector<uint8_t> stage(static_cast<size_t>(std::min(step, m.rows)) * d.row_bytes);
-        for (int64_t r0 = 0; r0 < m.rows; r0 += step) {
-            const int64_t n = std::min(step, m.rows - r0);
-            repack_rows(m.type, m.row(r0), n, m.cols, stage.data());
-            LOOM_GPU_CHECK(gpuMemcpy(dst + static_cast<size_t>(r0) * d.row_bytes, stage.data(),
-                                     static_cast<size_t>(n) * d.row_bytes, gpuMemcpyHostToDevice));
-        }
+        return;
     }
-    d.data = dst;
-    return d;
+    // Repack through a host staging buffer of about 64 MiB.
+    const int64_t step = std::max<int64_t>(1, static_cast<int64_t>((size_t{64} << 20) / d.row_bytes));
+    std::vector<uint8_t> stage(static_cast<size_t>(std::min(step, m.rows)) * d.row_bytes);
+    for (int64_t r0 = 0; r0 < m.rows; r0 += step) {
+        const int64_t rows = std::min(step, m.rows - r0);
+        repack_rows(m.type, m.row(r0), rows, m.cols, stage.data());
+        LOOM_GPU_CHECK(gpuMemcpy(dst + static_cast<size_t>(r0) * d.row_bytes, stage.data(),
+                                 static_cast<size_t>(rows) * d.row_bytes, gpuMemcpyHostToDevice));
+    }
 }
 
 float* DeviceModel::upload_vec(const std::vector<float>& v) {

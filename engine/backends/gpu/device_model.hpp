@@ -15,8 +15,12 @@
 namespace loom::gpu {
 
 /// One transformer layer on the device. Vectors are F32 device pointers; absent ones are null.
+/// wq, wk, wv (and gate, up) lie back to back in one allocation; where they share a type (not
+/// F32) and a column count, wqkv (gate_up) is the one matrix of all their rows (rows of wq, then
+/// wk, then wv), so that a GEMM reads them in one product; otherwise its data is null.
 struct DevLayer {
     DevMatrix wq, wk, wv, wo, gate, up, down;
+    DevMatrix wqkv, gate_up;
     float* attn_norm = nullptr;
     float* ffn_norm = nullptr;
     float* bq = nullptr;
@@ -48,6 +52,11 @@ public:
 
 private:
     DevMatrix upload(const engine::Matrix& m);
+    /// Uploads `n` matrices into one allocation, back to back (out[i] for m[i]); returns their
+    /// concatenation by rows when all have one type (not F32) and column count, else a null
+    /// matrix.
+    DevMatrix upload_group(const engine::Matrix* const* m, DevMatrix* out, int n);
+    void copy_rows(const engine::Matrix& m, const DevMatrix& d);
     float* upload_vec(const std::vector<float>& v);
     std::vector<void*> allocs_;
 };

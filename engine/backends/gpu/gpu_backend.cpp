@@ -52,7 +52,8 @@ void GpuBackend::upload(Staged<T>& s) {
 
 int default_matvec_rows(uint32_t ffn_type, bool decode_gemm) {
     if (ffn_type == kF16) return 2;
-    return decode_gemm ? 4 : 8;
+    if (!decode_gemm) return 8;
+    return qgemm_supports(ffn_type, 256) ? 2 : 4;  // F32 weights: cuBLAS, not the decode GEMM
 }
 
 GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
@@ -179,7 +180,8 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
             for (int M = 1; M <= max_rows; ++M) pf = std::max(pf, qgemm_partial_floats(m.rows, m.cols, M));
         };
         for (const auto& L : dm_->layers)
-            for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) need(*m);
+            for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down, &L.wqkv, &L.gate_up})
+                if (m->data) need(*m);
         need(dm_->output);
         if (pf) qg_part_ = alloc<float>(pf);
     }
@@ -187,7 +189,7 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
 
     // Split-K partials: every decode row (at most one per slot), or in batch-invariant mode
     // groups of part_rows_ query rows of any kind, with splits for the whole context.
-    const int span = attn_decode_span(sh_);
+    const int span = attn_decode_span(sh_, 0, true);  // the shortest span: the most splits
     while (int64_t{splits_max_} * span < info_.n_ctx) splits_max_ *= 2;
     part_rows_ = opts.batch_invariant ? std::min(R, std::max(slots, 64)) : slots;
     part_ = alloc<float>(static_cast<size_t>(part_rows_) * splits_max_ * hp.n_head * (hp.head_dim + 2));
@@ -256,10 +258,7 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
 
 GpuBackend::~GpuBackend() {
     (void)gpuStreamSynchronize(stream_);
-    for (auto& [k, g] : graphs_) {
-        (void)gpuGraphExecDestroy(g.second);
-        (void)gpuGraphDestroy(g.first);
-    }
+    while (!graphs_.empty()) drop_graph(graphs_.begin());
     for (auto& e : events_) (void)gpuEventDestroy(e.second);
     sampler_.reset();
     for (void* h :
@@ -404,8 +403,9 @@ void GpuBackend::build_rows(const engine::StepPlan& plan) {
             score_rows_.host[e] = ScoreRow{e % logit_rows_, r.targets[j], r.prompt_k, 0};
         }
     }
+    span_ = attn_decode_span(sh_, n_dec_, opts_.batch_invariant);
     splits_ = 1;
-    while (int64_t{splits_} * attn_decode_span(sh_) <= max_pos) splits_ *= 2;
+    while (int64_t{splits_} * span_ <= max_pos) splits_ *= 2;
 }
 
 void GpuBackend::upload() {
@@ -435,7 +435,8 @@ void GpuBackend::begin_step(const engine::StepPlan& plan) {
     const int T = static_cast<int>(rows_.n);
     const int ns = static_cast<int>(sample_rows_.n), nsc = static_cast<int>(score_rows_.n);
     tick("upload");
-    if (pure_decode_ && T <= 8 && mv(T) && opts_.graphs && LOOM_GPU_HAS_GRAPHS && !profiling_) {
+    ++steps_;
+    if (pure_decode_ && opts_.graphs && LOOM_GPU_HAS_GRAPHS && !profiling_) {
         decode_graph(T);
     } else {
         forward(T);
@@ -516,33 +517,53 @@ void GpuBackend::finish(const engine::StepPlan& plan, engine::StepOutput& out) {
     }
 }
 
+void GpuBackend::drop_graph(std::map<std::pair<int, int>, DecodeGraph>::iterator it) {
+#if LOOM_GPU_HAS_GRAPHS
+    (void)gpuGraphExecDestroy(it->second.exec);
+    (void)gpuGraphDestroy(it->second.graph);
+#endif
+    graphs_.erase(it);
+}
+
 void GpuBackend::decode_graph(int T) {
+    auto eager = [&] {
+        forward(T);
+        logits(nullptr, T);
+    };
 #if LOOM_GPU_HAS_GRAPHS
     const auto key = std::make_pair(T, splits_);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
-        gpuGraph_t g = nullptr;
-        gpuGraphExec_t e = nullptr;
+        // First sight: eager, so that lazily initialised kernels and cuBLAS shapes are set up
+        // outside a capture, and a row count seen once costs no capture.
+        if (graph_seen_[key]++ == 0) {
+            eager();
+            return;
+        }
+        graph_seen_.erase(key);
+        if (graphs_.size() >= kMaxGraphs)
+            drop_graph(std::min_element(graphs_.begin(), graphs_.end(),
+                                        [](const auto& a, const auto& b) { return a.second.used < b.second.used; }));
+        DecodeGraph d;
         LOOM_GPU_CHECK(gpuStreamBeginCapture(stream_));
         try {
-            forward(T);
-            logits(nullptr, T);
+            eager();
         } catch (...) {
-            (void)gpuStreamEndCapture(stream_, &g);
-            if (g) (void)gpuGraphDestroy(g);
+            (void)gpuStreamEndCapture(stream_, &d.graph);
+            if (d.graph) (void)gpuGraphDestroy(d.graph);
             throw;
         }
-        LOOM_GPU_CHECK(gpuStreamEndCapture(stream_, &g));
-        if (gpuGraphInstantiate(&e, g) != gpuSuccess) {
-            (void)gpuGraphDestroy(g);
+        LOOM_GPU_CHECK(gpuStreamEndCapture(stream_, &d.graph));
+        if (gpuGraphInstantiate(&d.exec, d.graph) != gpuSuccess) {
+            (void)gpuGraphDestroy(d.graph);
             throw GpuError("decode graph: instantiation failed");
         }
-        it = graphs_.emplace(key, std::make_pair(g, e)).first;
+        it = graphs_.emplace(key, d).first;
     }
-    LOOM_GPU_CHECK(gpuGraphLaunch(it->second.second, stream_));
+    it->second.used = steps_;
+    LOOM_GPU_CHECK(gpuGraphLaunch(it->second.exec, stream_));
 #else
-    forward(T);
-    logits(nullptr, T);
+    eager();
 #endif
 }
 

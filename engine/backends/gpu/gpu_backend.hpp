@@ -12,7 +12,9 @@
 // cuBLAS products over the chunk's gathered K/V (CUDA) or the tiled kernel (both read the cached
 // prefix through the table). Then prompt scoring, the output projection of
 // the sampled rows, one batched sampling launch and one device-to-host copy. Pure-decode steps
-// on the matvec path (up to 8 rows) replay a captured CUDA/HIP graph per (rows, attention splits).
+// replay a captured CUDA/HIP graph per (rows, attention splits): captured the second time such a
+// step is seen (the first runs eagerly, so that every kernel and cuBLAS shape has run once
+// outside a capture), at most kMaxGraphs of them, the least recently used dropped first.
 // The step is split in two (engine/backend.hpp): begin_step enqueues everything up to the
 // logits and returns; finish_step uploads the grammar masks the scheduler built meanwhile,
 // samples and reads back.
@@ -50,7 +52,7 @@ struct GpuOptions {
     double kv_fraction = 0.9;      ///< share of the device memory free after weights and buffers
     bool kv_f32 = false;           ///< F32 KV pool (default F16: half the memory)
     bool batch_invariant = false;  ///< a row's results independent of its batch (see above)
-    bool graphs = true;            ///< replay pure-decode steps as graphs (CUDA/HIP)
+    bool graphs = true;            ///< replay pure-decode steps as graphs (CUDA/HIP), any row count
     bool fuse_rope = true;         ///< RoPE and the K/V store in the QKV matvec's epilogue
     bool own_gemm = false;         ///< loom's GEMM kernel instead of cuBLAS (CUDA)
     /// Prefill attention: Auto is Gemm where cuBLAS runs the GEMMs, Tiled elsewhere; Gemm and
@@ -78,11 +80,12 @@ struct GpuOptions {
 /// The matvec/GEMM crossover for a model whose FFN matrices have ggml type `ffn_type`: 2 rows
 /// for F16 (cuBLAS reads F16 weights as they are, and from 3 rows a GEMM step beats the batched
 /// matvec, whose step time grows with its rows: on the H200, 8B F16, 6.2-6.5 ms against 6.7-14.7
-/// ms at 3-8 rows; docs/benchmarks.md, "Small batches"); for every other type 4 when
-/// `decode_gemm` (GpuOptions::decode_gemm_rows > 0: the tensor-core decode GEMM takes over; 8B
-/// Q4_K_M: 9.1-9.3 ms a step at 4-8 rows against the matvec's 8.7 and 16.9 ms;
-/// docs/benchmarks.md, "Tensor-core decode GEMM"), else 8 (their GEMM path first dequantizes
-/// each matrix to F16).
+/// ms at 3-8 rows; docs/benchmarks.md, "Small batches"); when `decode_gemm`
+/// (GpuOptions::decode_gemm_rows > 0) 2 for the types the tensor-core decode GEMM takes (BF16,
+/// Q8_0, Q4_K, Q6_K; 8B Q4_K_M on the H200, 2026-12-04: 5.0 ms a step at 2 rows on the matvec,
+/// 5.1 at 3-4 rows on the decode GEMM against the matvec's 7.1 and 8.7; docs/benchmarks.md,
+/// "Decode steps, prefill attention and graphs") and 4 for F32 (cuBLAS in F32); else 8 (their
+/// GEMM path first dequantizes each matrix to F16).
 int default_matvec_rows(uint32_t ffn_type, bool decode_gemm);
 
 /// Per-operation device time of one profiled step (bench tool).
@@ -141,6 +144,8 @@ private:
                 const int8_t* roles = nullptr, int layer = 0);
     void ffn(const DevLayer& L, int rows, bool fuse);
     void logits(const int32_t* idx, int rows);
+    /// Runs a pure-decode step of T rows (forward pass and logits) from its graph, capturing
+    /// it when this (T, splits) was seen before; eagerly otherwise. Throws GpuError.
     void decode_graph(int T);
     bool mv(int rows) const { return opts_.batch_invariant || rows <= opts_.matvec_rows; }
     bool rope_fusable(const DevLayer& L) const;
@@ -234,13 +239,24 @@ private:
     int n_dec_ = 0;                // flat rows 0..n_dec_-1: 1-token rows and short chunks (decode attention)
     /// Chunks of at most this many tokens go through split-K decode attention, one row per query.
     static constexpr int kShortChunkRows = 32;
+    int span_ = 64;               // decode attention positions per split this step (attn_decode_span)
     int splits_ = 1;              // decode attention splits this step
     bool pure_decode_ = false;    // every row: one token, sampled, not scored; sampled row i = flat row i
     int nblk_ = 1;                // sampler stage-1 blocks this step
     int qpt_ = 1;                 // queries per prefill attention tile
     std::vector<int> sample_at_;  // per plan row: its entry in sample_rows_ (-1: none)
     std::vector<int> score_at_;   // per plan row: its first entry in score_rows_ (-1: none)
-    std::map<std::pair<int, int>, std::pair<gpuGraph_t, gpuGraphExec_t>> graphs_;  // by (rows, splits)
+    /// A captured pure-decode step: its graph, the executable and the step count at its last replay.
+    struct DecodeGraph {
+        gpuGraph_t graph = nullptr;
+        gpuGraphExec_t exec = nullptr;
+        int64_t used = 0;
+    };
+    static constexpr size_t kMaxGraphs = 512;
+    std::map<std::pair<int, int>, DecodeGraph> graphs_;  // by (rows, splits)
+    std::map<std::pair<int, int>, int> graph_seen_;      // eager runs of a key not captured yet
+    int64_t steps_ = 0;                                  // begin_step calls (for the LRU order)
+    void drop_graph(std::map<std::pair<int, int>, DecodeGraph>::iterator it);
     bool profiling_ = false;
     std::vector<std::pair<std::string, gpuEvent_t>> events_;
 };

@@ -113,10 +113,12 @@ void GpuBackend::ffn(const DevLayer& L, int rows, bool fuse) {
         a.fixed_tiling = opts_.batch_invariant;
         matvec_rows(a, rows, stream_);
     } else {
-        const DevMatrix* m2[2] = {&L.gate, &L.up};
+        // One product over gate | up where they are one matrix (DevLayer::gate_up; GEMM path).
+        const bool one = !mv(rows) && L.gate_up.data;
+        const DevMatrix* m2[2] = {one ? &L.gate_up : &L.gate, &L.up};
         float* y2[2] = {ffy_, ffy_ + ff_};
         if (fuse) linear(m2, y2, 2, rows, x_, ld_d_, nullptr, 0, ld_ff2_, false, L.ffn_norm);
-        else linear(m2, y2, 2, rows, xn_, ld_d_, xh_, ld_d_, ld_ff2_, false);
+        else linear(m2, y2, one ? 1 : 2, rows, xn_, ld_d_, xh_, ld_d_, ld_ff2_, false);
         swiglu(ffy_, ld_ff2_, static_cast<int>(ff_), rows, g_, ld_ff_, (!mv(rows) && f16_in_) ? gh_ : nullptr, ld_ff_,
                stream_);
     }
@@ -132,16 +134,16 @@ void GpuBackend::attention(int T, int layer) {
         // Every query, prefill chunks included, through split-K attention with the fixed span.
         for (int g0 = 0; g0 < T; g0 += part_rows_) {
             const int n = std::min(part_rows_, T - g0);
-            attn_decode(qkv_ + static_cast<int64_t>(g0) * ld_qkv_, ld_qkv_, rows_.dev + g0, n, layer, sh_, kv_, splits_,
-                        part_, att_ + static_cast<int64_t>(g0) * ld_att_, ld_att_, stream_);
+            attn_decode(qkv_ + static_cast<int64_t>(g0) * ld_qkv_, ld_qkv_, rows_.dev + g0, n, layer, sh_, kv_, span_,
+                        splits_, part_, att_ + static_cast<int64_t>(g0) * ld_att_, ld_att_, stream_);
         }
         return;
     }
     // The 1-token rows and the short chunks' rows (build_rows), part_rows_ at a time.
     for (int g0 = 0; g0 < n_dec_; g0 += part_rows_) {
         const int n = std::min(part_rows_, n_dec_ - g0);
-        attn_decode(qkv_ + static_cast<int64_t>(g0) * ld_qkv_, ld_qkv_, rows_.dev + g0, n, layer, sh_, kv_, splits_,
-                    part_, att_ + static_cast<int64_t>(g0) * ld_att_, ld_att_, stream_);
+        attn_decode(qkv_ + static_cast<int64_t>(g0) * ld_qkv_, ld_qkv_, rows_.dev + g0, n, layer, sh_, kv_, span_,
+                    splits_, part_, att_ + static_cast<int64_t>(g0) * ld_att_, ld_att_, stream_);
     }
     if (attn_gemm_) {
         for (const PrefillTile& c : chunks_) prefill_attention_gemm(c, layer);
@@ -191,6 +193,9 @@ void GpuBackend::forward(int T) {
         const DevLayer& L = dm_->layers[static_cast<size_t>(l)];
         const DevMatrix* m3[3] = {&L.wq, &L.wk, &L.wv};
         float* y3[3] = {qkv_, qkv_ + nq_, qkv_ + nq_ + nkv_};
+        // One product over q | k | v where they are one matrix (DevLayer::wqkv; GEMM path).
+        const int n3 = !mv(T) && L.wqkv.data ? 1 : 3;
+        if (n3 == 1) m3[0] = &L.wqkv;
         // RoPE and the paged K/V store fused into the QKV matvec's epilogue.
         const bool rope_fused = mv(T) && rope_fusable(L);
         static const int8_t kRoles[3] = {1, 2, 3};
@@ -201,7 +206,7 @@ void GpuBackend::forward(int T) {
             rmsnorm(x_, ld_d_, nullptr, L.attn_norm, static_cast<int>(d_), T, hp.rms_eps, xn_, ld_d_,
                     h16 ? xh_ : nullptr, ld_d_, stream_);
             tick("rmsnorm");
-            linear(m3, y3, 3, T, xn_, ld_d_, xh_, ld_d_, ld_qkv_, false, nullptr, roles, l);
+            linear(m3, y3, n3, T, xn_, ld_d_, xh_, ld_d_, ld_qkv_, false, nullptr, roles, l);
         }
         tick("qkv");
         if (!rope_fused) {

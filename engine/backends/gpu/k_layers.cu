@@ -254,26 +254,30 @@ __global__ void __launch_bounds__(kAttnT) attn_split_kernel(const float* q, int6
     }
 }
 
-constexpr int kFastSpan = 64;  // positions per split of the vectorized decode kernel
+constexpr int kFastSpan = 64;   // positions per split of the vectorized decode kernel
+constexpr int kLongSpan = 256;  // the same where a step has many decode rows (attn_decode_span)
 
 // Decode attention for head_dim % 16 == 0 and at most GMAX (<= 8) query heads per KV head:
-// 64 positions per block, two threads per position for the scores, and for the weighted sum
-// of V each thread takes 8 dims of every (128 / (head_dim / 8))-th position, so that every
-// load is 16 or 32 bytes wide and several are in flight.
-template <class KVT, int GMAX>
-__global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64_t q_ld, const RowDesc* rd, int layer,
-                                                           AttnShape sh, PagedKv kv, int splits, float* part) {
+// SPAN positions per block, two threads per position for the scores (SPAN / 64 rounds), and for
+// the weighted sum of V each thread takes 8 dims of every (128 / (head_dim / 8))-th position, so
+// that every load is 16 or 32 bytes wide and several are in flight. With one split
+// (gridDim.y == 1) the block writes the normalised output itself, as the combine would for one
+// split (the same operations, so the same bits), and no combine runs.
+template <class KVT, int GMAX, int SPAN>
+__global__ void __launch_bounds__(kAttnT)
+    attn_fast_kernel(const float* q, int64_t q_ld, const RowDesc* rd, int layer, AttnShape sh, PagedKv kv, int splits,
+                     float* part, float* att, int64_t att_ld) {
     __shared__ float qs[GMAX * 256];
-    __shared__ float S[GMAX][kFastSpan];
+    __shared__ float S[GMAX][SPAN];
     __shared__ float red[GMAX * 1024];
     __shared__ float stat_m[GMAX], stat_l[GMAX];
-    __shared__ int64_t s_voff[kFastSpan];  // V row offsets of the split's positions
+    __shared__ int64_t s_voff[SPAN];  // V row offsets of the split's positions
     const int hd = sh.head_dim, G = sh.n_head / sh.n_head_kv;
     const int kvh = static_cast<int>(blockIdx.x), split = static_cast<int>(blockIdx.y),
               b = static_cast<int>(blockIdx.z);
     const RowDesc r = rd[b];
     const int n_kv = r.pos + 1;
-    const int p0 = split * kFastSpan;
+    const int p0 = split * SPAN;
     if (p0 >= n_kv) return;
     const int h0 = kvh * G;
     const int t = static_cast<int>(threadIdx.x);
@@ -281,8 +285,9 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
     __syncthreads();
 
     const KVT* pool = static_cast<const KVT*>(kv.pool) + int64_t{kvh} * hd;
-    {
-        const int pi = t >> 1, half = t & 1, pos = p0 + pi;
+#pragma unroll 1
+    for (int pi = t >> 1; pi < SPAN; pi += kAttnT / 2) {
+        const int half = t & 1, pos = p0 + pi;
         const int hh = hd / 2;
         float acc[GMAX];
 #pragma unroll
@@ -314,10 +319,10 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
                 if (g < G) S[g][pi] = pos < n_kv ? acc[g] * sh.scale : kNegInf;
     }
     __syncthreads();
-    softmax_stats(&S[0][0], kFastSpan, G, kFastSpan, stat_m, stat_l);
+    softmax_stats(&S[0][0], SPAN, G, SPAN, stat_m, stat_l);
     const int nd = hd / 8, npg = kAttnT / nd;
     const int dc = t % nd, pg = t / nd;
-    const int n_here = min(kFastSpan, n_kv - p0);
+    const int n_here = min(SPAN, n_kv - p0);
     float o[GMAX][8];
 #pragma unroll
     for (int g = 0; g < GMAX; ++g)
@@ -347,6 +352,10 @@ __global__ void __launch_bounds__(kAttnT) attn_fast_kernel(const float* q, int64
         const int g = idx / hd, d = idx % hd;
         float v = 0.0f;
         for (int p = 0; p < npg; ++p) v += red[(p * GMAX + g) * hd + d];
+        if (splits == 1) {  // attn_combine_kernel with one split: weight expf(0) = 1
+            att[b * att_ld + int64_t{h0 + g} * hd + d] = v * (1.0f / stat_l[g]);
+            continue;
+        }
         float* out = part + ((int64_t{b} * sh.n_head + h0 + g) * splits + split) * (hd + 2);
         out[d] = v;
         if (d == 0) out[hd] = stat_m[g], out[hd + 1] = stat_l[g];
@@ -442,35 +451,49 @@ void rope_store(float* qkv, int64_t ld, int rows, const AttnShape& sh, int layer
     LOOM_GPU_CHECK_LAUNCH();
 }
 
-int attn_decode_span(const AttnShape& sh) {
+int attn_decode_span(const AttnShape& sh, int rows, bool fixed) {
     const int group = sh.n_head / sh.n_head_kv;
-    return sh.head_dim % 16 == 0 && sh.head_dim <= 256 && group <= 8 ? kFastSpan : kAttnT;
+    if (!(sh.head_dim % 16 == 0 && sh.head_dim <= 256 && group <= 8)) return kAttnT;
+    // Many rows fill the device with few splits each: fewer blocks, and no combine at all for
+    // contexts of up to 256 positions. At most 4 query heads a KV head (static shared memory).
+    return !fixed && group <= 4 && int64_t{rows} * sh.n_head_kv >= 256 ? kLongSpan : kFastSpan;
 }
 
 void attn_decode(const float* q, int64_t q_ld, const RowDesc* rd, int nq, int layer, const AttnShape& sh,
-                 const PagedKv& kv, int splits, float* part, float* att, int64_t att_ld, gpuStream_t s) {
+                 const PagedKv& kv, int span, int splits, float* part, float* att, int64_t att_ld, gpuStream_t s) {
     if (nq <= 0) return;
     const int group = sh.n_head / sh.n_head_kv;
-    const int span = attn_decode_span(sh);
-    if (span == kFastSpan) {
+    if (span == kFastSpan || span == kLongSpan) {
         const dim3 grid(static_cast<unsigned>(sh.n_head_kv), static_cast<unsigned>(splits), static_cast<unsigned>(nq));
         auto go = [&](auto k) {
-            LOOM_LAUNCH(k, grid, kAttnT, 0, s, q, q_ld, rd, layer, sh, kv, splits, part);
+            LOOM_LAUNCH(k, grid, kAttnT, 0, s, q, q_ld, rd, layer, sh, kv, splits, part, att, att_ld);
             LOOM_GPU_CHECK_LAUNCH();
         };
         const int gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
-        if (kv.f16) {
-            if (gm == 1) go(attn_fast_kernel<uint16_t, 1>);
-            else if (gm == 2) go(attn_fast_kernel<uint16_t, 2>);
-            else if (gm == 4) go(attn_fast_kernel<uint16_t, 4>);
-            else go(attn_fast_kernel<uint16_t, 8>);
+        if (span == kLongSpan) {
+            if (group > 4) throw GpuError("attn_decode: a 256-position span takes at most 4 query heads a KV head");
+            auto pick = [&](auto kvt) {
+                using KVT = decltype(kvt);
+                if (gm == 1) go(attn_fast_kernel<KVT, 1, kLongSpan>);
+                else if (gm == 2) go(attn_fast_kernel<KVT, 2, kLongSpan>);
+                else go(attn_fast_kernel<KVT, 4, kLongSpan>);
+            };
+            if (kv.f16) pick(uint16_t{});
+            else pick(float{});
         } else {
-            if (gm == 1) go(attn_fast_kernel<float, 1>);
-            else if (gm == 2) go(attn_fast_kernel<float, 2>);
-            else if (gm == 4) go(attn_fast_kernel<float, 4>);
-            else go(attn_fast_kernel<float, 8>);
+            auto pick = [&](auto kvt) {
+                using KVT = decltype(kvt);
+                if (gm == 1) go(attn_fast_kernel<KVT, 1, kFastSpan>);
+                else if (gm == 2) go(attn_fast_kernel<KVT, 2, kFastSpan>);
+                else if (gm == 4) go(attn_fast_kernel<KVT, 4, kFastSpan>);
+                else go(attn_fast_kernel<KVT, 8, kFastSpan>);
+            };
+            if (kv.f16) pick(uint16_t{});
+            else pick(float{});
         }
+        if (splits == 1) return;  // the blocks wrote the output
     } else {
+        if (span != kAttnT) throw GpuError("attn_decode: span " + std::to_string(span) + " is not this shape's");
         const int hgroups = (group + kMaxG - 1) / kMaxG;
         auto k1 = attn_split_kernel;
         LOOM_LAUNCH(k1,

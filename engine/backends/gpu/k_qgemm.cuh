@@ -27,13 +27,20 @@ inline float half_of(uint64_t v, int i) { return h2f(static_cast<uint16_t>(v >> 
 #endif
 
 // ldmatrix .x4: register i of each lane gets, from the 8 x 8 half matrix whose rows lanes
-// 8i..8i+7 address (p, in shared memory), row lane/4, columns 2(lane%4) and 2(lane%4)+1.
+// 8i..8i+7 address (p, in shared memory), row lane/4, columns 2(lane%4) and 2(lane%4)+1; with
+// Trans (.trans) column lane/4, rows 2(lane%4) and 2(lane%4)+1.
+template <bool Trans = false>
 LOOM_DEV void ldsm_x4(const uint16_t* p, uint32_t (&r)[4]) {
 #if defined(__CUDA_ARCH__)
     const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
+    if constexpr (Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
 #else
     (void)p, (void)r;
 #endif

@@ -36,30 +36,25 @@ constexpr int kQ4Ld = kQ4K + 8;        // activation row stride in halves (528 b
 constexpr uint32_t kLo = 0x64006400u;  // (1024, 1024)
 constexpr uint32_t kHi = 0x54005400u;  // (64, 64)
 
-// Per-half F16x2 arithmetic, rounded to nearest even (.rn also keeps nvcc from contracting).
-LOOM_DEV uint32_t h2_sub(uint32_t a, uint32_t b) {
+// Per-half F16x2 arithmetic, a - b (Op '-') or a * b (Op '*'), rounded to nearest even (.rn also
+// keeps nvcc from contracting); the emulator rounds each half's float result to F16.
+template <char Op>
+LOOM_DEV uint32_t h2_op(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__)
     uint32_t d;
-    asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+    if constexpr (Op == '-') asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+    else asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
     return d;
 #else
-    return f2h(h2f(static_cast<uint16_t>(a)) - h2f(static_cast<uint16_t>(b))) |
-           (static_cast<uint32_t>(f2h(h2f(static_cast<uint16_t>(a >> 16)) - h2f(static_cast<uint16_t>(b >> 16))))
-            << 16);
+    auto one = [&](int sh) {
+        const float x = h2f(static_cast<uint16_t>(a >> sh)), y = h2f(static_cast<uint16_t>(b >> sh));
+        return static_cast<uint32_t>(f2h(Op == '-' ? x - y : x * y));
+    };
+    return one(0) | (one(16) << 16);
 #endif
 }
-
-LOOM_DEV uint32_t h2_mul(uint32_t a, uint32_t b) {
-#if defined(__CUDA_ARCH__)
-    uint32_t d;
-    asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-#else
-    return f2h(h2f(static_cast<uint16_t>(a)) * h2f(static_cast<uint16_t>(b))) |
-           (static_cast<uint32_t>(f2h(h2f(static_cast<uint16_t>(a >> 16)) * h2f(static_cast<uint16_t>(b >> 16))))
-            << 16);
-#endif
-}
+LOOM_DEV uint32_t h2_sub(uint32_t a, uint32_t b) { return h2_op<'-'>(a, b); }
+LOOM_DEV uint32_t h2_mul(uint32_t a, uint32_t b) { return h2_op<'*'>(a, b); }
 
 // a * b + c per half with one rounding.
 LOOM_DEV uint32_t h2_fma(uint32_t a, uint32_t b, uint32_t c) {

@@ -187,18 +187,24 @@ void rope_store(float* qkv, int64_t ld, int rows, const AttnShape& sh, int layer
                 const float* rope_cs, const float* bq, const float* bk, const float* bv, const float* q_norm,
                 const float* k_norm, gpuStream_t s);
 
-/// Positions per split of attn_decode for this shape (64 or 128), fixed by the shape alone, so
-/// that a query's reduction order never depends on the batch.
-int attn_decode_span(const AttnShape& sh);
+/// Positions per split of attn_decode: 128 for shapes the vectorized kernel does not take
+/// (head_dim not a multiple of 16 or above 256, more than 8 query heads a KV head); else 64, or
+/// 256 when a step has `rows` decode rows enough to fill the device with longer splits (rows *
+/// n_head_kv >= 256, at most 4 query heads a KV head) and not `fixed`. With `fixed` (batch-
+/// invariant mode) the span depends on the shape alone, so that a query's reduction order never
+/// depends on its batch.
+int attn_decode_span(const AttnShape& sh, int rows, bool fixed);
 
 /// Decode attention, split-K over the cached positions (Flash-Decoding, Dao et al. 2023): query
 /// row b < nq of q (leading dimension q_ld) attends to positions 0..rd[b].pos of its sequence,
-/// read through its block table; `splits` chunks of attn_decode_span(sh) positions run in
-/// parallel (splits * span > every rd[b].pos) and are combined. part holds splits * nq * n_head *
-/// (head_dim + 2) floats. Output att[b][h * head_dim + d]. A query's result does not depend on
-/// `splits` or on the other rows.
+/// read through its block table; `splits` chunks of `span` positions (attn_decode_span for this
+/// shape) run in parallel (splits * span > every rd[b].pos) and are combined; with one split the
+/// split kernel writes the output itself, with the combine's arithmetic. part holds splits * nq *
+/// n_head * (head_dim + 2) floats. Output att[b][h * head_dim + d]. For a given span, a query's
+/// result does not depend on `splits` or on the other rows. Throws GpuError for a span that is
+/// not one attn_decode_span gives for this shape.
 void attn_decode(const float* q, int64_t q_ld, const RowDesc* rd, int nq, int layer, const AttnShape& sh,
-                 const PagedKv& kv, int splits, float* part, float* att, int64_t att_ld, gpuStream_t s);
+                 const PagedKv& kv, int span, int splits, float* part, float* att, int64_t att_ld, gpuStream_t s);
 
 /// A tile of consecutive query rows of one sequence for attn_prefill: flat rows row0..row0+n-1 at
 /// positions pos0..pos0+n-1, whose block table starts at `table` in PagedKv::tables.
