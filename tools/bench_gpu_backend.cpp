@@ -7,8 +7,8 @@
 // Usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] [GPU options]
 // where the GPU options are the engine's: --kv-f32, --batch-invariant, --no-graphs,
 // --no-fuse-rope, --own-gemm, --matvec-rows N, --decode-gemm-rows N, --decode-gemm-f16, --decode-gemm-tiled,
-// --tiled-prefill-attn / --gemm-prefill-attn / --gemm16-prefill-attn (the engine's
-// --prefill-attn tiled / gemm / gemm16); --ctx N; --prefill-list N,N,... times only those
+// --tiled-prefill-attn / --gemm-prefill-attn / --gemm16-prefill-attn / --flash-prefill-attn (the
+// engine's --prefill-attn tiled / gemm / gemm16 / flash); --ctx N; --prefill-list N,N,... times only those
 // prefills (TTFT of the backend); --step-rows N,N,... times and profiles only decode steps of
 // those many rows (one row a sequence, after 128-token prompts), with top-K logprobs under
 // --step-logprobs K.
@@ -204,6 +204,7 @@ int main(int argc, char** argv) {
         else if (a == "--tiled-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Tiled;
         else if (a == "--gemm-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Gemm;
         else if (a == "--gemm16-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Gemm16;
+        else if (a == "--flash-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Flash;
         else if (a == "--ctx") opts.n_ctx = next();
         else if (a == "--prefill-list" && i + 1 < argc) prefill_list = int_list(argv[++i]);
         else if (a == "--step-rows" && i + 1 < argc) step_rows = int_list(argv[++i]);
@@ -229,12 +230,14 @@ int main(int argc, char** argv) {
     if (model.empty() || prompt < 1 || gen < 1 || prompt + gen + 8 > opts.n_ctx ||
         std::find_if(prefill_list.begin(), prefill_list.end(), [](int n) { return n < 1; }) != prefill_list.end() ||
         std::find_if(step_rows.begin(), step_rows.end(), [](int n) { return n < 1; }) != step_rows.end()) {
-        std::fprintf(stderr,
-                     "usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] "
-                     "[--kv-f32] [--batch-invariant] [--no-graphs] [--no-fuse-rope] [--own-gemm] "
-                     "[--matvec-rows N] [--tiled-prefill-attn | --gemm-prefill-attn | --gemm16-prefill-attn] "
-                     "[--ctx N] [--prefill-list N,N,...] [--step-rows N,N,...] [--decode-gemm-rows N] "
-                     "[--decode-gemm-f16] [--decode-gemm-tiled]\n");
+        std::fprintf(
+            stderr,
+            "usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] "
+            "[--kv-f32] [--batch-invariant] [--no-graphs] [--no-fuse-rope] [--own-gemm] "
+            "[--matvec-rows N] [--tiled-prefill-attn | --gemm-prefill-attn | --gemm16-prefill-attn | "
+            "--flash-prefill-attn] "
+            "[--ctx N] [--prefill-list N,N,...] [--step-rows N,N,...] [--step-logprobs K] [--decode-gemm-rows N] "
+            "[--decode-gemm-f16] [--decode-gemm-tiled]\n");
         return 2;
     }
     const double bw = copy_bandwidth();

@@ -5,8 +5,11 @@
 # them, and the benchmarks (tools/bench_gpu.py). Logs go to $OUT (or ./gpu-out) as it runs, and a
 # summary is printed last.
 #
-# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler qgemm small small16 gen steps check8b
-# core serving bench sass ncu (default: all but steps and serving); qgemm checks the tensor-core
+# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler qgemm small small16 gen steps prefill
+# prefillcheck check8b core serving bench sass ncu (default: all but steps, prefill, prefillcheck
+# and serving); prefill times the backend's prefill (PREFILL_LIST, PREFILL_MODES) and
+# prefillcheck compares the prefill attention paths (tools/check_prefill_attn.py, PREFILLCHECK_*
+# options) on the 8B F16 model; qgemm checks the tensor-core
 # decode GEMM (loom-gpu-qgemm-test); steps times decode steps by row count (STEP_ROWS,
 # STEP_VARIANTS; after gen); CHECK8B_ARGS is one engine option for
 # check8b (e.g. --kv-f32). BASE_BIN=DIR (another build's binaries, e.g. main before a change)
@@ -178,6 +181,32 @@ main() {
       done
     done
   fi
+  if want prefill; then
+    # The backend's TTFT (loom-gpu-bench --prefill-list PREFILL_LIST, F16 8B) per prefill
+    # attention mode of PREFILL_MODES (default "flash gemm"), and BASE_BIN's defaults first.
+    local mode list=${PREFILL_LIST:-512,2048,8192,30720}
+    if [ -n "${BASE_BIN:-}" ] && want prefill; then
+      stamp "prefill (backend) base: $list"
+      timeout "$(left 200)" "$BASE_BIN/loom-gpu-bench" --model "$SHM/llama3-8b-f16.gguf" --prefill-list "$list" \
+        >"$OUT/prefill-base.log" 2>&1
+      grep -E "^prefill|^BENCHP" "$OUT/prefill-base.log" | sed "s/^/base: /" | tee -a "$SUMMARY"
+    fi
+    for mode in ${PREFILL_MODES:-flash gemm}; do
+      want prefill || break
+      stamp "prefill (backend) $mode attention: $list"
+      timeout "$(left 200)" "$BIN/loom-gpu-bench" --model "$SHM/llama3-8b-f16.gguf" --$mode-prefill-attn \
+        --prefill-list "$list" >"$OUT/prefill-$mode.log" 2>&1
+      grep -E "^prefill|^BENCHP" "$OUT/prefill-$mode.log" | sed "s/^/$mode: /" | tee -a "$SUMMARY"
+    done
+  fi
+  if want prefillcheck; then
+    stamp "prefill attention paths against each other and the CPU engine (8B F16, one long prompt)"
+    timeout "$(left 300)" python3 tools/check_prefill_attn.py --engine "$BIN/loom-engine-cuda" \
+      --cpu-engine "$BIN/loom-engine-cpu" --model "$SHM/llama3-8b-f16.gguf" --tokens "${PREFILLCHECK_TOKENS:-3000}" \
+      --cpu-tokens "${PREFILLCHECK_CPU_TOKENS:-128}" ${PREFILLCHECK_MODES:+--modes "$PREFILLCHECK_MODES"} 2>&1 |
+      tee "$OUT/prefillcheck.log"
+    grep -E " vs |check:" "$OUT/prefillcheck.log" >>"$SUMMARY"
+  fi
   if want check8b; then
     for t in q4_k_m f16; do
       stamp "8B greedy check $t (GPU vs CPU engine)"
@@ -271,7 +300,7 @@ for n, c in counts.items():
           --section InstructionStats -f -o "$OUT/ncu-$t" \
           "$BIN/loom-gpu-bench" --model "$SHM/llama3-8b-$t.gguf" ${NCU_BENCH_ARGS:---decode-only --prompt 64 --gen 2} >"$OUT/ncu-$t.run.log" 2>&1
         timeout 30 ncu -i "$OUT/ncu-$t.ncu-rep" --page details >"$OUT/ncu-$t.txt" 2>&1
-        grep -E "matvec_kernel|attn_|Duration|DRAM Throughput|Issued Warp|No Eligible|Achieved Occupancy" \
+        grep -E "matvec_kernel|attn_|flash_|qgemm|Duration|DRAM Throughput|Issued Warp|No Eligible|Achieved Occupancy|Executed Instructions  |SM Busy|Compute \(SM\)" \
           "$OUT/ncu-$t.txt" | head -120
       done
     fi

@@ -3,7 +3,7 @@
 # tools/gpu_check.sh (BUILD_DIR, FALLBACK_BIN as there), then, logging under $OUT as it goes:
 # the Llama-3-8B-shaped F16 model into /dev/shm (loom-make-model), the backend's prefill of
 # PREFILL_LIST tokens (loom-gpu-bench --prefill-list: TTFT, chunks of 2,048) with each of
-# PREFILL_MODES (default "gemm gemm16 tiled": the engine's --prefill-attn modes) in the same
+# PREFILL_MODES (default "flash gemm gemm16 tiled": the engine's --prefill-attn modes) in the same
 # run, the paths against each other and the CPU engine on one long prompt (tools/check_prefill_attn.py), and gpu_check.sh's small16 / small / core stages (the shared
 # models against references and the CPU engine; the engine-core cases on loom-engine-cuda).
 #
@@ -37,7 +37,7 @@ stamp "model $M"
 [ -s "$M" ] || timeout "$(left 240)" "$BIN/loom-make-model" --preset llama3-8b --type f16 --threads "$(nproc)" --out "$M" 2>&1 | tail -2
 
 if has bench; then
-  for mode in ${PREFILL_MODES:-gemm gemm16 tiled}; do
+  for mode in ${PREFILL_MODES:-flash gemm gemm16 tiled}; do
     stamp "backend prefill, $mode attention: $LIST"
     timeout "$(left 200)" "$BIN/loom-gpu-bench" --model "$M" --$mode-prefill-attn --prefill-list "$LIST" 2>&1 |
       tee "$OUT/prefill-$mode.log" | tee -a "$OUT/summary.txt"

@@ -169,6 +169,67 @@ class GpuEmulator(unittest.TestCase):
                         if extra == tc:  # the F16 operands show: the prompt did go through the kernel
                             self.assertGreater(worst, 1e-6)
 
+    @unittest.skipIf(SANITIZED, "64 prompts of 33-300 tokens take minutes on the emulator under ASan")
+    def test_many_decode_rows_long_attention_span(self):
+        # 64 requests decoding together on a model whose heads the vectorized decode attention
+        # takes (head_dim 32, 4 KV heads, 2 query heads each): 64 x 4 >= 256, so their steps
+        # take 256-position splits (kernels.hpp attn_decode_span): with every context under 256
+        # positions one split, written by the split kernel itself; with one request at 300
+        # positions two splits and the combine. Same greedy tokens as the CPU engine, and top-3
+        # logprobs within 2e-3 with the F32 KV pool.
+        short = [{"prompt_ids": [1] + [3 + (37 * i + 11 * j) % 500 for j in range(33 + i % 23)], "steps": [0] * 6}
+                 for i in range(64)]
+        long = [{"prompt_ids": [1] + [3 + 13 * j % 500 for j in range(299)], "steps": [0] * 6}]
+        with tempfile.TemporaryDirectory() as d:
+            model = os.path.join(d, "m.gguf")
+            subprocess.run([MAKE_MODEL, "--out", model, "--layers", "1", "--dim", "256", "--heads", "8", "--kv-heads",
+                            "4", "--ffn", "512", "--vocab", "600", "--ctx", "1024", "--type", "f32", "--seed", "3"],
+                           check=True, capture_output=True, timeout=120)
+            for what, cases in (("one split", short), ("two splits", short[:63] + long)):
+                want = generate(CPU, model, cases, logprobs=3)  # the emulator's top-20 is slow
+                got = generate(EMU, model, cases, ["--kv-f32", "--parallel", "64"], logprobs=3)
+                worst = 0.0
+                for cid in want:
+                    self.assertEqual([t[0] for t in got[cid]], [t[0] for t in want[cid]], f"{what}: {cid}")
+                    for (_, lp_w), (_, lp_g) in zip(want[cid], got[cid]):
+                        worst = max([worst] + [abs(v - lp_g[t]) for t, v in lp_w.items() if t in lp_g])
+                self.assertLess(worst, 2e-3, what)
+
+    def test_flash_prefill_attention(self):
+        # The tensor-core FlashAttention prefill (--prefill-attn flash, the CUDA default) against
+        # the F32 tiled kernel on the same F16 KV pool: head_dim 64 with 2 query heads a KV head,
+        # head_dim 128 with 4 (Llama 3's shape); a 150-token prompt (three key tiles of 64, the last partial, the causal diagonal
+        # inside tiles), the same prompt in chunks of 40 (queries at positions 40.. whose keys
+        # are partly cached), and a second request behind the first one's cached prefix.
+        prompt = [1] + [3 + (29 * j) % 500 for j in range(149)]
+        other = prompt[:96] + [7 + j for j in range(20)]
+        lines = [f"GEN a prompt={','.join(map(str, prompt))} max_tokens=3 temperature=0 logprobs=5 ignore_eos=1",
+                 f"GEN b prompt={','.join(map(str, other))} max_tokens=3 temperature=0 logprobs=5 ignore_eos=1"]
+        with tempfile.TemporaryDirectory() as d:
+            # Under the sanitizers (ten times slower) the first shape, unchunked, only.
+            for heads, kv_heads, hd in ((4, 2, 64),) if SANITIZED else ((4, 2, 64), (8, 2, 128)):
+                model = os.path.join(d, f"m{heads}.gguf")
+                subprocess.run([MAKE_MODEL, "--out", model, "--layers", "2", "--dim", str(hd * heads), "--heads",
+                                str(heads), "--kv-heads", str(kv_heads), "--ffn", "256", "--vocab", "600", "--ctx",
+                                "512", "--type", "f32", "--seed", "5"], check=True, capture_output=True, timeout=120)
+                for chunk in ([],) if SANITIZED else ([], ["--max-batch-tokens", "40"]):
+                    runs = {}
+                    for mode in ("tiled", "flash"):
+                        e = Engine(model, "--prefill-attn", mode, *chunk)
+                        e.send(lines[0])
+                        e.wait_end("a")
+                        e.send(lines[1])
+                        e.wait_end("b")
+                        e.close()
+                        runs[mode] = (e.of("a")[0], e.of("b")[0])
+                        self.assertGreaterEqual(e.of("b")[1], 80, "b's prefix came from the cache")
+                    for (ta, tb) in zip(runs["tiled"], runs["flash"]):
+                        toks, lps = tokens_and_logprobs(ta)
+                        t2, l2 = tokens_and_logprobs(tb)
+                        self.assertEqual(t2, toks, (heads, chunk))
+                        worst = max(abs(v - y[t]) for x, y in zip(lps, l2) for t, v in x.items() if t in y)
+                        self.assertLess(worst, 1e-4, (heads, chunk))
+
     def batching(self, *args):
         """Request a (greedy) and c (sampled, seeded): each alone in one engine; in another with
         --max-batch-tokens 8, together (a's 37-token prompt chunked beside c's steps), then a again

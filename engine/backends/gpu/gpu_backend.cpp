@@ -143,7 +143,19 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     // scores for kAttnScratch bytes (scores F32 + softmax F16, and its low part when split), at
     // least 16 queries of every head at the full context.
     using PA = GpuOptions::PrefillAttn;
-    attn_gemm_ = !opts.kv_f32 && !opts.batch_invariant && hp.head_dim % 8 == 0 &&
+#if defined(LOOM_GPU_CUDA)
+    constexpr bool kFlashAuto = true;  // the emulator runs the kernel on request only (slow there)
+#else
+    constexpr bool kFlashAuto = false;
+#endif
+    const bool flash_ok = !opts.kv_f32 && !opts.batch_invariant && attn_flash_supports(sh_, true);
+    if (opts.prefill_attn == PA::Flash && !flash_ok)
+        throw std::invalid_argument(
+            "--prefill-attn flash needs the F16 KV pool, no --batch-invariant, head_dim 64 or "
+            "128 and a group of query heads that divides 64 (and a CUDA or emulator build)");
+    attn_flash_ = flash_ok && (opts.prefill_attn == PA::Flash || (opts.prefill_attn == PA::Auto && kFlashAuto));
+    if (attn_flash_) qpt_ = attn_flash_tile_queries(sh_);  // one flash block per tile
+    attn_gemm_ = !attn_flash_ && !opts.kv_f32 && !opts.batch_invariant && hp.head_dim % 8 == 0 &&
                  (opts.prefill_attn == PA::Gemm || opts.prefill_attn == PA::Gemm16 ||
                   (opts.prefill_attn == PA::Auto && f16_in_));
     attn_split_ = attn_gemm_ && opts.prefill_attn != PA::Gemm16;

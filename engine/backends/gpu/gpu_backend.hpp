@@ -55,11 +55,14 @@ struct GpuOptions {
     bool graphs = true;            ///< replay pure-decode steps as graphs (CUDA/HIP), any row count
     bool fuse_rope = true;         ///< RoPE and the K/V store in the QKV matvec's epilogue
     bool own_gemm = false;         ///< loom's GEMM kernel instead of cuBLAS (CUDA)
-    /// Prefill attention: Auto is Gemm where cuBLAS runs the GEMMs, Tiled elsewhere; Gemm and
-    /// Gemm16 (F16 KV pool, not batch_invariant) run products on cuBLAS or, without it, loom's
-    /// plain kernel: Gemm16 one F16 product each for QK^T and PV (Q and P rounded to F16), Gemm
-    /// two (Q and P split into F16 high and low parts, about F32's accuracy, twice the products).
-    enum class PrefillAttn { Auto, Tiled, Gemm, Gemm16 } prefill_attn = PrefillAttn::Auto;
+    /// Prefill attention: Auto is Flash in CUDA builds where attn_flash_supports() the shape,
+    /// else Gemm where cuBLAS runs the GEMMs, else Tiled; Flash (F16 KV pool, not
+    /// batch_invariant) is the tensor-core FlashAttention kernel (kernels.hpp
+    /// attn_prefill_flash; the emulator runs it on request); Gemm and Gemm16 (F16 KV pool, not
+    /// batch_invariant) run products on cuBLAS or, without it, loom's plain kernel: Gemm16 one
+    /// F16 product each for QK^T and PV (Q and P rounded to F16), Gemm two (Q and P split into
+    /// F16 high and low parts, about F32's accuracy, twice the products).
+    enum class PrefillAttn { Auto, Tiled, Gemm, Gemm16, Flash } prefill_attn = PrefillAttn::Auto;
     /// Steps of at most this many rows use the matvec kernel, larger ones GEMMs; -1 (the
     /// default): default_matvec_rows() of the model's weights.
     int matvec_rows = -1;
@@ -196,6 +199,7 @@ private:
     float* part_ = nullptr;     // split-K partials: part_rows_ queries, splits_max_ splits
     int part_rows_ = 0, splits_max_ = 1;
     SampleOut* out_dev_ = nullptr;  // [max_slots + R]: sampled rows, then scored rows
+    bool attn_flash_ = false;       // prefill chunks through attn_prefill_flash (PrefillAttn::Flash)
     // GEMM prefill attention (cuBLAS, F16 pool; kernels.hpp): attn_gemm_ when it runs.
     bool attn_gemm_ = false;
     bool attn_split_ = false;                       // high and low F16 parts of Q and P (PrefillAttn::Gemm)

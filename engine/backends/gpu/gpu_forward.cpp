@@ -145,6 +145,11 @@ void GpuBackend::attention(int T, int layer) {
         attn_decode(qkv_ + static_cast<int64_t>(g0) * ld_qkv_, ld_qkv_, rows_.dev + g0, n, layer, sh_, kv_, span_,
                     splits_, part_, att_ + static_cast<int64_t>(g0) * ld_att_, ld_att_, stream_);
     }
+    if (attn_flash_) {  // tiles_ holds attn_flash_tile_queries queries a tile (build_rows)
+        attn_prefill_flash(qkv_, ld_qkv_, tiles_.dev, static_cast<int>(tiles_.n), layer, sh_, kv_, att_, ld_att_,
+                           stream_);
+        return;
+    }
     if (attn_gemm_) {
         for (const PrefillTile& c : chunks_) prefill_attention_gemm(c, layer);
         return;

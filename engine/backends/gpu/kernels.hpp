@@ -225,6 +225,23 @@ int attn_prefill_tile_queries(const AttnShape& sh);
 void attn_prefill(const float* q, int64_t q_ld, const PrefillTile* tiles, int ntiles, int layer, const AttnShape& sh,
                   const PagedKv& kv, float* att, int64_t att_ld, gpuStream_t s);
 
+/// Whether attn_prefill_flash takes this shape: F16 pool, head_dim 64 or 128, a whole number of
+/// query heads per KV head that divides 64. False in HIP builds, which do not have the kernel.
+bool attn_flash_supports(const AttnShape& sh, bool kv_f16);
+
+/// Queries per PrefillTile of attn_prefill_flash: 64 / (query heads per KV head); 0 in HIP builds.
+int attn_flash_tile_queries(const AttnShape& sh);
+
+/// Prefill attention on the tensor cores (FlashAttention-2, Dao 2023; k_flash.cu), one launch
+/// for the `ntiles` tiles (device array) of a step's chunks, each of at most
+/// attn_flash_tile_queries(sh) queries: each query (row r of q and att, position p) attends to
+/// positions 0..p of its sequence, the cached prefix included, read through its block table;
+/// scores and probabilities never leave the chip. Q and P are split into F16 high and low parts
+/// (two products each, F32 sums), so the result carries about 22 bits. Throws GpuError unless
+/// attn_flash_supports(sh, kv.f16).
+void attn_prefill_flash(const float* q, int64_t q_ld, const PrefillTile* tiles, int ntiles, int layer,
+                        const AttnShape& sh, const PagedKv& kv, float* att, int64_t att_ld, gpuStream_t s);
+
 // ---- GEMM prefill attention (cuBLAS builds; gpu_forward.cpp runs the products) -----------
 // A prefill chunk of n queries of one sequence at positions pos0..pos0+n-1: its keys and values
 // 0..pos0+n-1 are gathered into contiguous F16 arrays, its queries packed by KV head, then per

@@ -43,12 +43,14 @@ const char* kUsage = LOOM_ENGINE_NAME
     "  --no-graphs            launch decode kernels one by one instead of replaying a graph\n"
     "  --no-fuse-rope         RoPE and the K/V store as their own kernel, not in the QKV matvec\n"
     "  --own-gemm             loom's GEMM kernel instead of cuBLAS for prefill (CUDA)\n"
-    "  --prefill-attn MODE    prefill attention: gemm (products on cuBLAS's tensor cores, Q and the\n"
-    "                         softmax split into F16 high and low parts; loom's plain kernel without\n"
-    "                         cuBLAS), gemm16 (one F16 product each: faster, Q and softmax rounded to\n"
-    "                         F16), tiled (the F32 tiled kernel), or auto (default: gemm where cuBLAS\n"
-    "                         runs, tiled elsewhere); the F32 KV pool and --batch-invariant always use\n"
-    "                         their own paths\n"
+    "  --prefill-attn MODE    prefill attention: flash (FlashAttention on the tensor cores, scores\n"
+    "                         kept on chip, Q and the softmax split into F16 high and low parts;\n"
+    "                         head_dim 64 or 128), gemm (products on cuBLAS's tensor cores, split the\n"
+    "                         same way; loom's plain kernel without cuBLAS), gemm16 (one F16 product\n"
+    "                         each: faster, Q and softmax rounded to F16), tiled (the F32 tiled\n"
+    "                         kernel), or auto (default: flash in CUDA builds where the shape allows,\n"
+    "                         else gemm where cuBLAS runs, else tiled); the F32 KV pool and\n"
+    "                         --batch-invariant always use their own paths\n"
     "  --matvec-rows N        steps of at most N token rows use the matvec kernel, larger ones GEMMs\n"
     "                         (default 2 for F16 weights, where cuBLAS is faster from 3 rows; for\n"
     "                         BF16 and quantized ones 2 where the decode GEMM runs, F32 ones 4;\n"
@@ -158,7 +160,8 @@ int main(int argc, char** argv) {
             else if (m == "tiled") opts.prefill_attn = PA::Tiled;
             else if (m == "gemm") opts.prefill_attn = PA::Gemm;
             else if (m == "gemm16") opts.prefill_attn = PA::Gemm16;
-            else usage_error("bad value '" + m + "' for --prefill-attn (auto, tiled, gemm or gemm16)");
+            else if (m == "flash") opts.prefill_attn = PA::Flash;
+            else usage_error("bad value '" + m + "' for --prefill-attn (auto, flash, tiled, gemm or gemm16)");
         } else if (a == "--matvec-rows") {
             opts.matvec_rows = static_cast<int>(number(kMaxInt));
         } else if (a == "--decode-gemm-rows") {
