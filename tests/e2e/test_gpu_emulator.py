@@ -48,6 +48,11 @@ def generate(engine, model, cases, args=(), logprobs=20):
     return out
 
 
+def make_model(path, *shape):
+    """A random-weight GGUF at `path` from loom-make-model with the flags `shape`."""
+    subprocess.run([MAKE_MODEL, "--out", path, *shape], check=True, capture_output=True, timeout=120)
+
+
 class Engine:
     """loom-engine-gpuemu driven line by line (to send a request after others have ended)."""
 
@@ -155,9 +160,8 @@ class GpuEmulator(unittest.TestCase):
             # Q4_K_M: Q4_K, with Q6_K for ffn_down and the output.
             for t in ("q4_k_m",) if SANITIZED else ("f16", "q4_k_m"):
                 model = os.path.join(d, f"{t}.gguf")
-                subprocess.run([MAKE_MODEL, "--out", model, "--layers", "1", "--dim", "512", "--heads", "8",
-                                "--kv-heads", "2", "--ffn", "4352", "--vocab", "1000", "--type", t, "--seed", "7"],
-                               check=True, capture_output=True, timeout=120)
+                make_model(model, "--layers", "1", "--dim", "512", "--heads", "8", "--kv-heads", "2", "--ffn", "4352",
+                           "--vocab", "1000", "--type", t, "--seed", "7")
                 want = generate(CPU, model, cases)["c0"]
                 tc = ["--decode-gemm-rows", "64", "--matvec-rows", "1", "--decode-gemm-f16"]
                 for extra in ([[], tc] if SANITIZED else [[], ["--batch-invariant"], ["--no-fuse-rope"], tc]):
@@ -182,9 +186,8 @@ class GpuEmulator(unittest.TestCase):
         long = [{"prompt_ids": [1] + [3 + 13 * j % 500 for j in range(299)], "steps": [0] * 6}]
         with tempfile.TemporaryDirectory() as d:
             model = os.path.join(d, "m.gguf")
-            subprocess.run([MAKE_MODEL, "--out", model, "--layers", "1", "--dim", "256", "--heads", "8", "--kv-heads",
-                            "4", "--ffn", "512", "--vocab", "600", "--ctx", "1024", "--type", "f32", "--seed", "3"],
-                           check=True, capture_output=True, timeout=120)
+            make_model(model, "--layers", "1", "--dim", "256", "--heads", "8", "--kv-heads", "4", "--ffn", "512",
+                       "--vocab", "600", "--ctx", "1024", "--type", "f32", "--seed", "3")
             for what, cases in (("one split", short), ("two splits", short[:63] + long)):
                 want = generate(CPU, model, cases, logprobs=3)  # the emulator's top-20 is slow
                 got = generate(EMU, model, cases, ["--kv-f32", "--parallel", "64"], logprobs=3)
@@ -198,9 +201,10 @@ class GpuEmulator(unittest.TestCase):
     def test_flash_prefill_attention(self):
         # The tensor-core FlashAttention prefill (--prefill-attn flash, the CUDA default) against
         # the F32 tiled kernel on the same F16 KV pool: head_dim 64 with 2 query heads a KV head,
-        # head_dim 128 with 4 (Llama 3's shape); a 150-token prompt (three key tiles of 64, the last partial, the causal diagonal
-        # inside tiles), the same prompt in chunks of 40 (queries at positions 40.. whose keys
-        # are partly cached), and a second request behind the first one's cached prefix.
+        # head_dim 128 with 4 (Llama 3's shape); a 150-token prompt (three key tiles of 64, the
+        # last partial, the causal diagonal inside tiles), the same prompt in chunks of 40
+        # (queries at positions 40.. whose keys are partly cached), and a second request behind
+        # the first one's cached prefix.
         prompt = [1] + [3 + (29 * j) % 500 for j in range(149)]
         other = prompt[:96] + [7 + j for j in range(20)]
         lines = [f"GEN a prompt={','.join(map(str, prompt))} max_tokens=3 temperature=0 logprobs=5 ignore_eos=1",
@@ -209,9 +213,8 @@ class GpuEmulator(unittest.TestCase):
             # Under the sanitizers (ten times slower) the first shape, unchunked, only.
             for heads, kv_heads, hd in ((4, 2, 64),) if SANITIZED else ((4, 2, 64), (8, 2, 128)):
                 model = os.path.join(d, f"m{heads}.gguf")
-                subprocess.run([MAKE_MODEL, "--out", model, "--layers", "2", "--dim", str(hd * heads), "--heads",
-                                str(heads), "--kv-heads", str(kv_heads), "--ffn", "256", "--vocab", "600", "--ctx",
-                                "512", "--type", "f32", "--seed", "5"], check=True, capture_output=True, timeout=120)
+                make_model(model, "--layers", "2", "--dim", str(hd * heads), "--heads", str(heads), "--kv-heads",
+                           str(kv_heads), "--ffn", "256", "--vocab", "600", "--ctx", "512", "--type", "f32", "--seed", "5")
                 for chunk in ([],) if SANITIZED else ([], ["--max-batch-tokens", "40"]):
                     runs = {}
                     for mode in ("tiled", "flash"):

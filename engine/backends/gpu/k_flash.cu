@@ -3,10 +3,9 @@
 // prefill chunk of a step. A block takes one PrefillTile (up to 64 / group consecutive queries
 // of a chunk) and one KV head: 64 rows of (query, head) pairs, the tile's queries for each of
 // the group's query heads, so that the group shares every K/V tile (GQA). Per tile of 64 keys,
-// read through
-// the block table with cp.async into a double-buffered shared-memory tile, each warp computes
-// its 16 rows' scores S = Q K^T, the causal mask, the online softmax (running max and sum in
-// F32) and O += P V, without writing S or P to memory.
+// read through the block table with cp.async into a double-buffered shared-memory tile, each
+// warp computes its 16 rows' scores S = Q K^T, the causal mask, the online softmax (running max
+// and sum in F32) and O += P V, without writing S or P to memory.
 //
 // Accuracy: Q (F32) is split into F16 high and low parts and P likewise, each product taking
 // two MMAs with F32 accumulation, so Q K^T and P V carry about 22 bits (as the cuBLAS path's

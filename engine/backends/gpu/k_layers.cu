@@ -6,6 +6,8 @@
 // (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022), split-K decode attention
 // (Flash-Decoding). The arithmetic mirrors engine/backends/cpu/cpu_backend.cpp.
 #include <cmath>
+#include <string>
+#include <type_traits>
 
 #include "engine/backends/gpu/k_common.cuh"
 #include "engine/backends/gpu/kernels.hpp"
@@ -470,27 +472,23 @@ void attn_decode(const float* q, int64_t q_ld, const RowDesc* rd, int nq, int la
             LOOM_GPU_CHECK_LAUNCH();
         };
         const int gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
-        if (span == kLongSpan) {
-            if (group > 4) throw GpuError("attn_decode: a 256-position span takes at most 4 query heads a KV head");
-            auto pick = [&](auto kvt) {
-                using KVT = decltype(kvt);
-                if (gm == 1) go(attn_fast_kernel<KVT, 1, kLongSpan>);
-                else if (gm == 2) go(attn_fast_kernel<KVT, 2, kLongSpan>);
-                else go(attn_fast_kernel<KVT, 4, kLongSpan>);
-            };
-            if (kv.f16) pick(uint16_t{});
-            else pick(float{});
-        } else {
-            auto pick = [&](auto kvt) {
-                using KVT = decltype(kvt);
-                if (gm == 1) go(attn_fast_kernel<KVT, 1, kFastSpan>);
-                else if (gm == 2) go(attn_fast_kernel<KVT, 2, kFastSpan>);
-                else if (gm == 4) go(attn_fast_kernel<KVT, 4, kFastSpan>);
-                else go(attn_fast_kernel<KVT, 8, kFastSpan>);
-            };
-            if (kv.f16) pick(uint16_t{});
-            else pick(float{});
-        }
+        if (span == kLongSpan && group > 4)
+            throw GpuError("attn_decode: a 256-position span takes at most 4 query heads a KV head");
+        // The kernel for this pool type (kvt), span (sp) and group; no 8-head one at 256 positions.
+        auto pick = [&](auto kvt, auto sp) {
+            using KVT = decltype(kvt);
+            constexpr int SP = decltype(sp)::value;
+            if (gm == 1) go(attn_fast_kernel<KVT, 1, SP>);
+            else if (gm == 2) go(attn_fast_kernel<KVT, 2, SP>);
+            else if (gm == 4) go(attn_fast_kernel<KVT, 4, SP>);
+            else if constexpr (SP == kFastSpan) go(attn_fast_kernel<KVT, 8, SP>);
+        };
+        auto by_span = [&](auto kvt) {
+            if (span == kLongSpan) pick(kvt, std::integral_constant<int, kLongSpan>{});
+            else pick(kvt, std::integral_constant<int, kFastSpan>{});
+        };
+        if (kv.f16) by_span(uint16_t{});
+        else by_span(float{});
         if (splits == 1) return;  // the blocks wrote the output
     } else {
         if (span != kAttnT) throw GpuError("attn_decode: span " + std::to_string(span) + " is not this shape's");
