@@ -1,7 +1,8 @@
 // loom-gpu-sampler-test: the batched device sampler (SlotSampler, k_sample.cu) against the
 // reference sampler (engine/sampler.cpp) on random logits and random parameters, several slots
 // per launch, two draws per slot (the second after the device counted the first token in the
-// slot's penalty state): same token, same top ids, and logprobs within 1e-5. Two rows in three
+// slot's penalty state): same token, same top ids, and logprobs within 1e-5. Some rows' logits
+// are rounded to a grid or to two values, so that many candidates tie, or follow a ramp. Two rows in three
 // also carry a grammar token mask (SampleRow::mask, a new one each draw: half the ids, a sparse
 // set, a single token, now and then none of the candidates), sampled beside the unmasked rows
 // of the same launch and compared with sample_logits(..., mask). Exit status 0 when every case
@@ -59,6 +60,15 @@ void random_logits(std::mt19937_64& rng, int ci, std::vector<float>& logits) {
     for (auto& v : logits) v = N(rng);
     for (int i = 0; i < n / 10; ++i) logits[rng() % n] = logits[rng() % n];  // ties and repeated values
     if (ci % 7 == 0) logits[rng() % n] = 30.0f;
+    // Ties at the top-K floor (k_topk.cuh): values on a 0.5 grid, or two values only. Or a ramp
+    // repeating every 1,024 ids, which puts the best candidates of a stage-1 block in a few
+    // warps, so more than the floor path ranks are left above its floor (its exact fallback).
+    if (ci % 5 == 2)
+        for (auto& v : logits) v = std::round(2.0f * v) / 2.0f;
+    if (ci % 10 == 4)
+        for (auto& v : logits) v = v > 1.0f ? 1.0f : 0.0f;
+    if (ci % 10 == 9)
+        for (int i = 0; i < n; ++i) logits[static_cast<size_t>(i)] = -0.01f * static_cast<float>(i % 1024);
 }
 
 // Mask kinds of a masked row's draw.

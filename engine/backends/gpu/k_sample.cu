@@ -14,17 +14,17 @@
 // it is described by its last member, the "pivot": with key = (order-preserving bits of the
 // value) << 32 | (2^32 - 1 - id), an element is kept when its key >= the pivot's. The pivot is
 // found by radix selection over the keys (8 passes of 8 bits; counts for top-k, probability
-// mass for top-p). Sums of exponentials are in double, as in the reference.
+// mass for top-p). Sums of exponentials are in double, as in the reference, but for the raw
+// logprobs' few terms a thread, added in float first. The block top-K: k_topk.cuh.
 #include <cmath>
 
 #include "engine/backends/gpu/k_sample.cuh"
+#include "engine/backends/gpu/k_topk.cuh"
 
 namespace loom::gpu {
 namespace {
 
-constexpr int kPer = 4;             // candidates per thread in stage 1
-constexpr int kFloorK = 4;          // block_top_k cuts at a floor from this many picks
-constexpr int kChunk = kST * kPer;  // candidates per stage-1 block
+constexpr int kChunk = kST * kPer;  // candidates per stage-1 block (kPer: k_topk.cuh)
 
 struct Partial {
     float raw_m, proc_m;
@@ -259,82 +259,14 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits_all, in
     if (t == 0) sc->pivot = pivot;
 }
 
-// The k best (better()) of the block's candidates, kPer a thread in (vals[j], ids[j]) with id < 0
-// for none, best first into out[0..k) (thread 0 writes; none-padded past the valid ones), in the
-// reference sampler's order. Two merges, no block-wide barrier per pick: each warp merges its
-// lanes' sorted kPer-lists into its own top-k list in `lists` (kST / kWarp * kMaxTop entries of
-// shared memory), then warp 0 merges the warps' sorted lists (one a lane). A pick is the best
-// head (warp_best); the lanes whose head is not strictly worse than the pick drop it. A warp
-// stops picking below the floor, the k-th best of the warps' maxima: those k candidates are at
-// least as good as it, so the block's k best are too, and a warp's candidates below it are
-// none of them. A warp then picks a few candidates instead of k (Nsight Compute, 2026-12-04:
-// 45 instructions a logit went into the k rounds of every warp, with top-20 logprobs). For a
-// few picks (k < kFloorK: the greedy token's top-1) the floor is not computed.
-LOOM_DEV void block_top_k(const float (&vals)[kPer], const int (&ids)[kPer], int k, Cand* out, Cand* lists) {
-    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
-    Cand mine[kPer];
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) mine[j] = ids[j] >= 0 ? Cand{vals[j], ids[j]} : Cand{0.0f, -1};
-#pragma unroll
-    for (int i = 1; i < kPer; ++i)  // insertion sort, best first
-#pragma unroll
-        for (int j = i; j > 0; --j)
-            if (better(mine[j], mine[j - 1])) {
-                const Cand x = mine[j];
-                mine[j] = mine[j - 1];
-                mine[j - 1] = x;
-            }
-    Cand* wl = lists + warp * kMaxTop;
-    const int nw = static_cast<int>(blockDim.x) / kWarp;
-    // The floor: the warp maximum that exactly k - 1 others beat (none with fewer than k). Its
-    // two barriers cost more than they save for a few picks (k < kFloorK: none, every warp
-    // picks k; k is the same in every thread).
-    Cand cut{0.0f, -1};
-    if (k >= kFloorK) {
-        const Cand wmax = warp_best(mine[0]);
-        if (lane == 0) wl[0] = wmax;
-        __syncthreads();
-        const Cand mx = lane < nw ? lists[lane * kMaxTop] : Cand{0.0f, -1};
-        int rank = 0;
-        for (int j = 0; j < nw; ++j) rank += better(lists[j * kMaxTop], mx) ? 1 : 0;
-        cut = warp_best(mx.id >= 0 && rank == k - 1 ? mx : Cand{0.0f, -1});
-        __syncthreads();  // every warp has read the maxima before the picks overwrite them
-    }
-    for (int n = 0; n < k; ++n) {
-        const Cand best = warp_best(mine[0]);
-        if (best.id < 0 || better(cut, best)) {  // warp-uniform: the rest is below the floor
-            for (int m = n + lane; m < k; m += kWarp) wl[m] = Cand{0.0f, -1};
-            break;
-        }
-        if (lane == 0) wl[n] = best;
-#pragma unroll
-        for (int s = 0; s < kPer; ++s)
-            if (mine[0].id >= 0 && !better(best, mine[0])) {
-#pragma unroll
-                for (int j = 0; j + 1 < kPer; ++j) mine[j] = mine[j + 1];
-                mine[kPer - 1] = Cand{0.0f, -1};
-            }
-    }
-    __syncthreads();
-    if (warp == 0) {
-        const Cand* my = lists + lane * kMaxTop;
-        int head = 0;
-        for (int n = 0; n < k; ++n) {
-            const Cand c = lane < nw && head < k ? my[head] : Cand{0.0f, -1};
-            const Cand best = warp_best(c);
-            if (lane == 0) out[n] = best;
-            while (lane < nw && head < k && my[head].id >= 0 && !better(best, my[head])) ++head;
-        }
-    }
-    __syncthreads();  // `lists` is reused by the next call
-}
-
 // Per-block statistics over kChunk candidates: raw max/sum and top-K, processed top-K, and the
 // kept set's max/sum and last member. Block (b, r) covers candidates b * kChunk.. of row r;
 // blocks past the row's candidates return at once.
 __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, int64_t ld, const SampleCfg* cfgs,
                                                      const SampleRow* rows, void* scratch, size_t row_bytes) {
-    __shared__ Cand shc[kST / 32 * kMaxTop];  // block_top_k's warp lists
+    __shared__ Cand shc[kGather];  // block_top_k's lists
+    __shared__ Cand s_cut[2];
+    __shared__ int s_gathered;
     __shared__ float shf[kST / 32];
     __shared__ double shd[kST / 32];
     __shared__ int s_nan, s_in;
@@ -384,19 +316,26 @@ __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, in
     Partial& P = part[b];
     if (c.k_raw >= 0) {
         float m = -INFINITY;
+        if (c.k_raw >= kFloorK) {  // the top-K's floor search has the maximum
+            const Cand top = block_top_k(raw, ids, c.k_raw, P.raw, shc, &s_gathered, s_cut);
+            if (top.id >= 0) m = top.v;
+        } else {
+#pragma unroll
+            for (int j = 0; j < kPer; ++j)
+                if (ids[j] >= 0) m = fmaxf(m, raw[j]);
+            m = block_max(m, shf);
+            block_top_k(raw, ids, c.k_raw, P.raw, shc, &s_gathered, s_cut);
+        }
+        // A thread's kPer terms in float (expf: within 2 ulp), the block's sum in double: the raw
+        // logprobs need no draw to agree with, and exp in double cost more than the top-K.
+        float sf = 0.0f;
 #pragma unroll
         for (int j = 0; j < kPer; ++j)
-            if (ids[j] >= 0) m = fmaxf(m, raw[j]);
-        m = block_max(m, shf);
-        double s = 0;
-#pragma unroll
-        for (int j = 0; j < kPer; ++j)
-            if (ids[j] >= 0) s += exp(static_cast<double>(raw[j]) - m);
-        s = block_sum(s, shd);
+            if (ids[j] >= 0) sf += expf(raw[j] - m);
+        const double s = block_sum(static_cast<double>(sf), shd);
         if (t == 0) P.raw_m = m, P.raw_s = s;
-        block_top_k(raw, ids, c.k_raw, P.raw, shc);
     }
-    block_top_k(pv, pids, c.k_proc, P.proc, shc);  // the ids the mask allows (-1 else)
+    block_top_k(pv, pids, c.k_proc, P.proc, shc, &s_gathered, s_cut);  // the ids the mask allows (-1 else)
     if (!c.greedy || c.processed_lp) {
         float m = -INFINITY;
         int last = -1;
