@@ -163,16 +163,27 @@ main() {
     # profiled step) per model of GEN_TYPES and per STEP_VARIANTS entry (name:engine options,
     # ';'-separated; "default:" runs the defaults).
     # With BASE_BIN=DIR (another build's binaries, e.g. main before a change), each model also
-    # runs BASE_BIN's loom-gpu-bench with the defaults first, as variant "base".
-    local v vn va t bench
+    # runs BASE_BIN's loom-gpu-bench with the defaults first, as variant "base"; a STEP_VARIANTS
+    # entry whose name starts with "base" (base-lp:--step-logprobs 20) runs BASE_BIN's too.
+    # STEP_BINS="name=DIR;..." adds a variant per entry that runs DIR's loom-gpu-bench with the
+    # defaults (trial builds of one kernel, side by side).
+    local v vn va t bench b
     IFS=';' read -ra vs <<<"${STEP_VARIANTS:-default:;dequant:--decode-gemm-rows 0}"
     [ -n "${BASE_BIN:-}" ] && vs=("base:" "${vs[@]}")
+    declare -A step_bin=()
+    IFS=';' read -ra bs <<<"${STEP_BINS:-}"
+    for b in "${bs[@]}"; do
+      [ -n "$b" ] || continue
+      step_bin[${b%%=*}]=${b#*=}
+      vs+=("${b%%=*}:")
+    done
     for t in ${GEN_TYPES:-f16 q4_k_m}; do
       for v in "${vs[@]}"; do
         want steps || break
         vn=${v%%:*} va=${v#*:}
         bench="$BIN/loom-gpu-bench"
-        [ "$vn" = base ] && bench="$BASE_BIN/loom-gpu-bench"
+        [ "${vn#base}" != "$vn" ] && bench="$BASE_BIN/loom-gpu-bench"
+        [ -n "${step_bin[$vn]:-}" ] && bench="${step_bin[$vn]}/loom-gpu-bench"
         stamp "decode steps $t $vn ($va): rows ${STEP_ROWS:-1,4,8,16,64,256}"
         # shellcheck disable=SC2086
         timeout "$(left 150)" "$bench" --model "$SHM/llama3-8b-$t.gguf" \
