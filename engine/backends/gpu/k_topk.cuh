@@ -21,8 +21,8 @@
 namespace loom::gpu {
 namespace {
 
-constexpr int kPer = 4;                    // candidates per thread in stage 1
-constexpr int kFloorK = 4;                 // block_top_k cuts at a floor from this many picks
+constexpr int kPer = 4;                         // candidates per thread in stage 1
+constexpr int kFloorK = 4;                      // block_top_k cuts at a floor from this many picks
 constexpr int kGather = kST / kWarp * kMaxTop;  // candidates the floor path ranks (the lists' room)
 
 // Warp 0 finds the floor: the warp maximum that exactly k - 1 others beat (none when fewer than
