@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Formats loom's C++ and CUDA sources with clang-format and the repository's .clang-format.
-# Usage: tools/format.sh          rewrite every tracked .cpp/.hpp/.h/.cu/.cuh file in place
+# Usage: tools/format.sh          rewrite every .cpp/.hpp/.h/.cu/.cuh file git tracks or would
+#                                 add (untracked, not ignored) in place
 #        tools/format.sh --check  change nothing; list the files that differ, exit 1 if any
 # Needs clang-format 14 (Debian 12's `clang-format`); other versions may format differently.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.h' '*.cu' '*.cuh')
+# New files count before they are added: a new file once passed the check here and failed CI's.
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.cpp' '*.hpp' '*.h' '*.cu' '*.cuh')
 if [ "${1:-}" = --check ]; then
   bad=()
   for f in "${files[@]}"; do
