@@ -129,7 +129,7 @@ main() {
   if want sampler; then
     stamp "device sampler vs engine/sampler.cpp"
     timeout 120 "$BIN/loom-gpu-sampler-test" 600 2>&1 | tail -15 | tee "$OUT/sampler.log"
-    note "sampler: $(tail -1 "$OUT/sampler.log")"
+    note "sampler: $(grep "sampler check" "$OUT/sampler.log")"
   fi
   if want qgemm; then
     stamp "tensor-core decode GEMM vs a float64 product (tests/gpu/test_qgemm.cpp)"

@@ -19,21 +19,18 @@
 #include <cmath>
 
 #include "engine/backends/gpu/k_sample.cuh"
+#include "engine/backends/gpu/k_merge.cuh"
 #include "engine/backends/gpu/k_topk.cuh"
 
 namespace loom::gpu {
 namespace {
 
-constexpr int kChunk = kST * kPer;  // candidates per stage-1 block (kPer: k_topk.cuh)
-
-struct Partial {
-    float raw_m, proc_m;
-    double raw_s, proc_s;
-    int32_t last_kept, nan;
-    int32_t n_in;  // candidates the mask allows (rows with a mask)
-    Cand raw[kMaxTop];
-    Cand proc[kMaxTop];
-};
+// Stage 1 runs blocks of kS1 threads, 1,024 threads an SM (at most 64 registers each), so that one
+// block's barriers and serial merges overlap the others' loads; kChunk candidates a block.
+constexpr int kS1 = 256;
+constexpr int kChunk = kS1 * kPer;   // candidates per stage-1 block (kPer: k_topk.cuh)
+constexpr int kDraw = kChunk / kST;  // candidates per stage-2 thread in the draw's chunk
+static_assert(kChunk % kST == 0, "a stage-2 thread draws over whole candidates");
 
 struct Scratch {
     uint64_t pivot;  // 0: every candidate kept
@@ -262,13 +259,14 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits_all, in
 // Per-block statistics over kChunk candidates: raw max/sum and top-K, processed top-K, and the
 // kept set's max/sum and last member. Block (b, r) covers candidates b * kChunk.. of row r;
 // blocks past the row's candidates return at once.
-__global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, int64_t ld, const SampleCfg* cfgs,
-                                                     const SampleRow* rows, void* scratch, size_t row_bytes) {
-    __shared__ Cand shc[kGather];  // block_top_k's lists
+__global__ void __launch_bounds__(kS1, 1024 / kS1)
+    stage1_kernel(const float* logits_all, int64_t ld, const SampleCfg* cfgs, const SampleRow* rows, void* scratch,
+                  size_t row_bytes) {
+    __shared__ Cand shc[kGather<kS1>];  // block_top_k's lists
     __shared__ Cand s_cut[2];
     __shared__ int s_gathered;
-    __shared__ float shf[kST / 32];
-    __shared__ double shd[kST / 32];
+    __shared__ float shf[kS1 / 32];
+    __shared__ double shd[2 * kS1 / 32 + 1];
     __shared__ int s_nan, s_in;
     const RowView rv = row_view(logits_all, ld, cfgs, rows, static_cast<int>(blockIdx.y), scratch, row_bytes);
     const SampleCfg& c = rv.c;
@@ -287,7 +285,7 @@ __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, in
         const int per = (c.n_vocab + nblk - 1) / nblk;
         const int lo = b * per, hi = min(c.n_vocab, lo + per);
         bool nan = false;
-        for (int i = lo + t; i < hi; i += kST) nan |= logits[i] != logits[i];
+        for (int i = lo + t; i < hi; i += kS1) nan |= logits[i] != logits[i];
         if (nan) s_nan = 1;
     }
     float raw[kPer], pv[kPer];
@@ -296,7 +294,7 @@ __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, in
     int n_in = 0;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
-        const int i = b * kChunk + t + kST * j;
+        const int i = b * kChunk + t + kS1 * j;
         ids[j] = pids[j] = -1;
         raw[j] = pv[j] = -INFINITY;
         kept[j] = false;
@@ -314,34 +312,42 @@ __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, in
     }
     if (mask && n_in) atomicAdd(&s_in, n_in);
     Partial& P = part[b];
+    // Whether the processed values are the raw ones (no mask, bias, penalties or temperature),
+    // so that the greedy token is the raw top-K's first.
+    const bool proc_is_raw = c.k_proc == 1 && c.k_raw >= kFloorK && !mask && !c.has_bias && !c.penalties &&
+                             (c.greedy || c.temperature == 1.0f);
     if (c.k_raw >= 0) {
         float m = -INFINITY;
-        if (c.k_raw >= kFloorK) {  // the top-K's floor search has the maximum
-            const Cand top = block_top_k(raw, ids, c.k_raw, P.raw, shc, &s_gathered, s_cut);
+        double s = 0;
+        if (c.k_raw >= kFloorK) {  // the top-K's floor search has the maximum and the sum
+            const Cand top = block_top_k<kS1>(raw, ids, c.k_raw, P.raw, shc, &s_gathered, s_cut, shd);
             if (top.id >= 0) m = top.v;
+            s = shd[2 * kS1 / 32];
+            if (proc_is_raw && t == 0) P.proc[0] = top;
         } else {
 #pragma unroll
             for (int j = 0; j < kPer; ++j)
                 if (ids[j] >= 0) m = fmaxf(m, raw[j]);
             m = block_max(m, shf);
-            block_top_k(raw, ids, c.k_raw, P.raw, shc, &s_gathered, s_cut);
-        }
-        // A thread's kPer terms in float (expf: within 2 ulp), the block's sum in double: the raw
-        // logprobs need no draw to agree with, and exp in double cost more than the top-K.
-        float sf = 0.0f;
+            block_top_k<kS1>(raw, ids, c.k_raw, P.raw, shc, &s_gathered, s_cut);
+            // A thread's kPer terms in float (expf: within 2 ulp), the block's sum in double: the
+            // raw logprobs need no draw to agree with, and exp in double cost more than the top-K.
+            float sf = 0.0f;
 #pragma unroll
-        for (int j = 0; j < kPer; ++j)
-            if (ids[j] >= 0) sf += expf(raw[j] - m);
-        const double s = block_sum(static_cast<double>(sf), shd);
+            for (int j = 0; j < kPer; ++j)
+                if (ids[j] >= 0) sf += expf(raw[j] - m);
+            s = block_sum(static_cast<double>(sf), shd);
+        }
         if (t == 0) P.raw_m = m, P.raw_s = s;
     }
-    block_top_k(pv, pids, c.k_proc, P.proc, shc, &s_gathered, s_cut);  // the ids the mask allows (-1 else)
+    if (!proc_is_raw)
+        block_top_k<kS1>(pv, pids, c.k_proc, P.proc, shc, &s_gathered, s_cut);  // the ids the mask allows (-1 else)
     if (!c.greedy || c.processed_lp) {
         float m = -INFINITY;
         int last = -1;
 #pragma unroll
         for (int j = 0; j < kPer; ++j)
-            if (ids[j] >= 0 && kept[j]) m = fmaxf(m, pv[j]), last = max(last, b * kChunk + t + kST * j);
+            if (ids[j] >= 0 && kept[j]) m = fmaxf(m, pv[j]), last = max(last, b * kChunk + t + kS1 * j);
         m = block_max(m, shf);
         double s = 0;
 #pragma unroll
@@ -359,27 +365,19 @@ __global__ void __launch_bounds__(kST) stage1_kernel(const float* logits_all, in
     if (t == 0) P.nan = s_nan, P.n_in = s_in;
 }
 
-// This thread's best entry of the per-block top lists (entries t, t + kST, ...) that is
-// strictly worse than prev.
-LOOM_DEV Cand merge_pick(const Partial* part, int nblk, int k, bool raw, const Cand& prev) {
-    Cand mine{0.0f, -1};
-    for (int e = static_cast<int>(threadIdx.x); e < nblk * k; e += kST) {
-        const Cand x = raw ? part[e / k].raw[e % k] : part[e / k].proc[e % k];
-        if ((prev.id < 0 || better(prev, x)) && better(x, mine)) mine = x;
-    }
-    return mine;
-}
-
 // Merges the partials, draws the token, writes the result and counts the token in the slot's
 // penalty state (one block per row).
 __global__ void __launch_bounds__(kST)
     stage2_kernel(const float* logits_all, int64_t ld, const SampleCfg* cfgs, const SampleRow* rows, void* scratch,
                   size_t row_bytes, SampleOut* out_all) {
     __shared__ Cand shc[kST / 32 + 1];
-    __shared__ Cand top[kMaxTop];
+    __shared__ Cand top[kMaxTop], rtop[kMaxTop];
+    __shared__ Cand gath[kST];
+    __shared__ Cand s_cut;
+    __shared__ RowTotals s_tot;
     __shared__ double sh_scan[kST];
     __shared__ double sh_w[kST / 32 + 1];
-    __shared__ int s_first, s_bc, s_token;
+    __shared__ int s_first, s_bc, s_token, s_n;
     __shared__ double s_cum;
     const int r = static_cast<int>(blockIdx.x);
     const RowView rv = row_view(logits_all, ld, cfgs, rows, r, scratch, row_bytes);
@@ -393,44 +391,35 @@ __global__ void __launch_bounds__(kST)
     const int t = static_cast<int>(threadIdx.x);
     const bool filter = c.filter != 0;
     const uint64_t pivot = filter ? rv.sc->pivot : 0;
-    int nan = 0;
-    for (int i = 0; i < nblk; ++i) nan |= part[i].nan;
-    if (nan) {
+    const bool need_kept = !c.greedy || c.processed_lp;
+    row_totals(part, nblk, need_kept, !c.processed_lp && c.k_raw >= 0, &s_tot);
+    __syncthreads();
+    const RowTotals tots = s_tot;
+    if (tots.nan) {
         if (t == 0) out->nan = 1, out->token = -1, out->n_top = 0;
         return;
     }
     const uint32_t* mask = rv.mask;
-    if (mask) {
-        int n_in = 0;
-        for (int i = 0; i < nblk; ++i) n_in += part[i].n_in;
-        if (n_in == 0) {
-            if (t == 0) out->nan = kMaskEmpty, out->token = -1, out->n_top = 0;
-            return;
-        }
+    if (mask && tots.n_in == 0) {
+        if (t == 0) out->nan = kMaskEmpty, out->token = -1, out->n_top = 0;
+        return;
     }
     // Kept-set totals (sampling and processed logprobs).
-    double KM = -INFINITY, total = 0;
-    if (!c.greedy || c.processed_lp) {
-        for (int i = 0; i < nblk; ++i)
-            if (part[i].proc_s > 0) KM = fmax(KM, static_cast<double>(part[i].proc_m));
-        for (int i = 0; i < nblk; ++i)
-            if (part[i].proc_s > 0) total += part[i].proc_s * exp(static_cast<double>(part[i].proc_m) - KM);
-    }
+    const double KM = need_kept ? tots.km : -INFINITY, total = need_kept ? tots.total : 0;
     // Merge the processed top lists (top-1 is the greedy token).
     const int kp = c.k_proc;
-    {
-        Cand prev{0.0f, -1};
-        for (int k = 0; k < kp; ++k) {
-            const Cand mine = merge_pick(part, nblk, kp, false, prev);
-            prev = block_best(mine, shc);
-            if (t == 0) top[k] = prev;
-        }
-        __syncthreads();
-    }
+    merge_lists(part, nblk, kp, false, top, gath, shc, &s_n, &s_cut);
     int token = -1;
     if (c.greedy) {
         token = top[0].id;
     } else {
+        // Each block's share of the kept mass (thread i for block i), then thread 0 finds the
+        // block where the cumulative mass passes u * total.
+        const auto share = [&](int i) {
+            return part[i].proc_s > 0 ? part[i].proc_s * exp(static_cast<double>(part[i].proc_m) - KM) : 0.0;
+        };
+        if (t < nblk) sh_scan[t] = share(t);
+        __syncthreads();
         if (t == 0) {
             const double target = u * total;
             double cum = 0;
@@ -438,7 +427,7 @@ __global__ void __launch_bounds__(kST)
             for (int i = 0; i < nblk; ++i) {
                 if (part[i].last_kept >= 0) last = part[i].last_kept;
                 if (part[i].proc_s <= 0) continue;
-                const double tb = part[i].proc_s * exp(static_cast<double>(part[i].proc_m) - KM);
+                const double tb = i < kST ? sh_scan[i] : share(i);
                 if (cum + tb > target) {
                     bc = i;
                     break;
@@ -454,11 +443,11 @@ __global__ void __launch_bounds__(kST)
         if (s_bc >= 0) {
             const int bc = s_bc;
             const double target = u * total;
-            double e[kPer];
+            double e[kDraw];
             double ts = 0;
 #pragma unroll
-            for (int j = 0; j < kPer; ++j) {
-                const int i = bc * kChunk + kPer * t + j;
+            for (int j = 0; j < kDraw; ++j) {
+                const int i = bc * kChunk + kDraw * t + j;
                 e[j] = -1;  // not a kept candidate
                 if (i < c.n_cand) {
                     const int id = cand_id(c, allowed, i);
@@ -493,8 +482,8 @@ __global__ void __launch_bounds__(kST)
             // The last kept candidate of the block, should rounding leave the draw past its end.
             int mylast = -1;
 #pragma unroll
-            for (int j = 0; j < kPer; ++j)
-                if (e[j] >= 0) mylast = bc * kChunk + kPer * t + j;
+            for (int j = 0; j < kDraw; ++j)
+                if (e[j] >= 0) mylast = bc * kChunk + kDraw * t + j;
             __shared__ int s_last;
             if (t == 0) s_last = -1;
             __syncthreads();
@@ -504,10 +493,10 @@ __global__ void __launch_bounds__(kST)
                 double cum = excl;
                 int pick = -1;
 #pragma unroll
-                for (int j = 0; j < kPer; ++j)
+                for (int j = 0; j < kDraw; ++j)
                     if (e[j] >= 0 && pick < 0) {
                         cum += e[j];
-                        if (cum > target) pick = bc * kChunk + kPer * t + j;
+                        if (cum > target) pick = bc * kChunk + kDraw * t + j;
                     }
                 if (pick < 0) pick = mylast;
                 s_token = cand_id(c, allowed, pick);
@@ -535,20 +524,12 @@ __global__ void __launch_bounds__(kST)
             out->n_top = nt;
         }
     } else if (c.k_raw >= 0) {
-        float Mr = -INFINITY;
-        for (int i = 0; i < nblk; ++i) Mr = fmaxf(Mr, part[i].raw_m);
-        double Sr = 0;
-        for (int i = 0; i < nblk; ++i) Sr += part[i].raw_s * exp(static_cast<double>(part[i].raw_m) - Mr);
-        const double lz = Mr + log(Sr);
+        const double lz = static_cast<double>(tots.raw_m) + log(tots.raw_s);
         const int kr = c.k_raw;
-        Cand prev{0.0f, -1};
-        for (int k = 0; k < kr; ++k) {
-            const Cand mine = merge_pick(part, nblk, kr, true, prev);
-            prev = block_best(mine, shc);
-            if (t == 0) {
-                out->top_id[k] = prev.id;
-                out->top_lp[k] = static_cast<float>(prev.v - lz);
-            }
+        merge_lists(part, nblk, kr, true, rtop, gath, shc, &s_n, &s_cut);
+        for (int k = t; k < kr; k += kST) {
+            out->top_id[k] = rtop[k].id;
+            out->top_lp[k] = static_cast<float>(rtop[k].v - lz);
         }
         if (t == 0) {
             out->logprob = static_cast<float>(logits[token] - lz);
@@ -582,7 +563,7 @@ void sample_rows(const float* logits, int64_t ld, int n_vocab, const SampleCfg* 
     LOOM_LAUNCH(k0, dim3(1, rows_u), kST, 0, s, logits, ld, cfgs, rows, scratch, rb);
     LOOM_GPU_CHECK_LAUNCH();
     auto k1 = stage1_kernel;
-    LOOM_LAUNCH(k1, dim3(static_cast<unsigned>(nblk), rows_u), kST, 0, s, logits, ld, cfgs, rows, scratch, rb);
+    LOOM_LAUNCH(k1, dim3(static_cast<unsigned>(nblk), rows_u), kS1, 0, s, logits, ld, cfgs, rows, scratch, rb);
     LOOM_GPU_CHECK_LAUNCH();
     auto k2 = stage2_kernel;
     LOOM_LAUNCH(k2, rows_u, kST, 0, s, logits, ld, cfgs, rows, scratch, rb, out);

@@ -42,6 +42,26 @@ LOOM_DEV Cand warp_best(Cand c) {
     return c;
 }
 
+// The rank of each entry of list[0..n) in shared memory (how many of the others are better),
+// counted by kRankLanes consecutive lanes per entry, each over a strided share of the list, and
+// added across them by shuffles; the first lane of entry i calls f(i, list[i], rank). Every
+// thread of the block (nt threads) calls it with the same n: the shuffles need the whole warp.
+constexpr int kRankLanes = 8;
+template <class F>
+LOOM_DEV void rank_each(const Cand* list, int n, int nt, F&& f) {
+    const int tid = static_cast<int>(threadIdx.x), p = tid % kRankLanes;
+    for (int base = 0; base < n; base += nt / kRankLanes) {
+        const int i = base + tid / kRankLanes;
+        const Cand x = i < n ? list[i] : Cand{0.0f, -1};
+        int cnt = 0;
+        if (i < n)
+            for (int j = p; j < n; j += kRankLanes) cnt += better(list[j], x) ? 1 : 0;
+#pragma unroll
+        for (int m = 1; m < kRankLanes; m <<= 1) cnt += shfl_xor(cnt, m);
+        if (i < n && p == 0) f(i, x, cnt);
+    }
+}
+
 // The best candidate of the block (every thread gets it); sh holds kST / kWarp + 1 entries.
 LOOM_DEV Cand block_best(Cand c, Cand* sh) {
     const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
