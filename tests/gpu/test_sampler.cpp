@@ -5,8 +5,8 @@
 // are rounded to a grid or to two values, so that many candidates tie, or follow a ramp. Two rows in three
 // also carry a grammar token mask (SampleRow::mask, a new one each draw: half the ids, a sparse
 // set, a single token, now and then none of the candidates), sampled beside the unmasked rows
-// of the same launch and compared with sample_logits(..., mask). Exit status 0 when every case
-// agrees.
+// of the same launch and compared with sample_logits(..., mask). Now and then a row holds a NaN
+// logit, which both refuse. Exit status 0 when every case agrees.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
     std::uniform_real_distribution<double> U(0, 1);
     const int sizes[] = {3, 17, 512, 4099, 40000, 128256};
     int fails = 0, token_diffs = 0, checked = 0;
-    int masked = 0, masked_raw = 0, masked_proc = 0, masked_one = 0, masked_empty = 0;
+    int masked = 0, masked_raw = 0, masked_proc = 0, masked_one = 0, masked_empty = 0, nan_rows = 0;
     gpuStream_t s;
     LOOM_GPU_CHECK(gpuStreamCreate(&s));
     for (int c0 = 0; c0 < cases; c0 += kRows) {
@@ -147,6 +147,7 @@ int main(int argc, char** argv) {
             std::vector<double> us(static_cast<size_t>(rows));
             std::vector<std::vector<uint32_t>> masks(static_cast<size_t>(rows));
             std::vector<MaskKind> kinds(static_cast<size_t>(rows), MaskKind::Half);
+            std::vector<char> nan_row(static_cast<size_t>(rows), 0);
             int nblk = 1;
             for (int r = 0; r < rows; ++r) {
                 if (has_mask(r)) {
@@ -172,6 +173,13 @@ int main(int argc, char** argv) {
                     gpu::SampleRow{kRows - 1 - r, rows - 1 - r, us[static_cast<size_t>(r)], mdev};
                 nblk = std::max(nblk, sampler.blocks(kRows - 1 - r));
             }
+            // Now and then a NaN at any id of a row's logits, a candidate or not: that row fails,
+            // and the others of the launch do not.
+            for (int r = 0; r < rows; ++r)
+                if ((c0 + r + draw) % 13 == 6 && kinds[static_cast<size_t>(r)] != MaskKind::Empty) {
+                    logits[static_cast<size_t>(rows - 1 - r) * n + rng() % static_cast<uint64_t>(n)] = std::nanf("");
+                    nan_row[static_cast<size_t>(r)] = 1;
+                }
             LOOM_GPU_CHECK(gpuMemcpy(d, logits.data(), sizeof(float) * logits.size(), gpuMemcpyHostToDevice));
             LOOM_GPU_CHECK(
                 gpuMemcpy(rows_dev, srows.data(), sizeof(gpu::SampleRow) * srows.size(), gpuMemcpyHostToDevice));
@@ -193,6 +201,20 @@ int main(int argc, char** argv) {
                     ++masked;
                     if (p.n_logprobs >= 0) ++(p.processed_logprobs ? masked_proc : masked_raw);
                     if (kinds[static_cast<size_t>(r)] == MaskKind::One) ++masked_one;
+                }
+                if (nan_row[static_cast<size_t>(r)]) {
+                    ++nan_rows;
+                    bool threw = false;
+                    try {
+                        (void)engine::sample_logits(lg, p, h, us[static_cast<size_t>(r)], scr, mask);
+                    } catch (const std::runtime_error&) { threw = true; }
+                    const gpu::SampleOut& o = outs[static_cast<size_t>(r)];
+                    if (!threw || o.nan != 1 || o.token != -1) {
+                        ++fails;
+                        std::printf("case %d draw %d FAIL: NaN logit: reference threw %d, device nan %d token %d\n",
+                                    c0 + r, draw, threw ? 1 : 0, o.nan, o.token);
+                    }
+                    continue;  // no token on either side
                 }
                 if (!mask.empty() && kinds[static_cast<size_t>(r)] == MaskKind::Empty) {
                     // The reference refuses (the engine ends the request); the device says so.
@@ -243,7 +265,9 @@ int main(int argc, char** argv) {
     }
     (void)gpuStreamDestroy(s);
     std::printf("sampler check: %d cases, %d disagree (%d different tokens)\n", checked, fails, token_diffs);
-    std::printf("masked draws: %d (raw logprobs %d, processed logprobs %d, single token %d, none allowed %d)\n", masked,
-                masked_raw, masked_proc, masked_one, masked_empty);
+    std::printf(
+        "masked draws: %d (raw logprobs %d, processed logprobs %d, single token %d, none allowed %d); "
+        "rows with a NaN logit: %d\n",
+        masked, masked_raw, masked_proc, masked_one, masked_empty, nan_rows);
     return fails == 0 ? 0 : 1;
 }

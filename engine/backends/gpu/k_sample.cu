@@ -281,12 +281,13 @@ __global__ void __launch_bounds__(kS1, 1024 / kS1)
     const uint32_t* mask = rv.mask;
     if (t == 0) s_nan = 0, s_in = 0;
     __syncthreads();
-    {
+    // A NaN anywhere in the row's logits fails the row: without `allowed` the candidates are the
+    // whole vocabulary and are checked as they are read; with it, each block scans its share.
+    bool nan = false;
+    if (c.has_allowed) {
         const int per = (c.n_vocab + nblk - 1) / nblk;
         const int lo = b * per, hi = min(c.n_vocab, lo + per);
-        bool nan = false;
         for (int i = lo + t; i < hi; i += kS1) nan |= logits[i] != logits[i];
-        if (nan) s_nan = 1;
     }
     float raw[kPer], pv[kPer];
     int ids[kPer], pids[kPer];  // the candidate ids (raw logprobs), those the mask allows (-1 else)
@@ -302,6 +303,7 @@ __global__ void __launch_bounds__(kS1, 1024 / kS1)
             const int id = cand_id(c, allowed, i);
             ids[j] = id;
             raw[j] = logits[id];
+            nan |= raw[j] != raw[j];
             if (in_mask(mask, id)) {
                 pids[j] = id;
                 ++n_in;
@@ -310,6 +312,7 @@ __global__ void __launch_bounds__(kS1, 1024 / kS1)
             }
         }
     }
+    if (nan) s_nan = 1;
     if (mask && n_in) atomicAdd(&s_in, n_in);
     Partial& P = part[b];
     // Whether the processed values are the raw ones (no mask, bias, penalties or temperature),
