@@ -202,33 +202,28 @@ int main(int argc, char** argv) {
                     if (p.n_logprobs >= 0) ++(p.processed_logprobs ? masked_proc : masked_raw);
                     if (kinds[static_cast<size_t>(r)] == MaskKind::One) ++masked_one;
                 }
+                // A row both samplers must refuse (the engine ends the request): the reference
+                // throws, and the device reports `want` in SampleOut::nan with no token.
+                const auto expect_refusal = [&](int want, const char* what) {
+                    bool threw = false;
+                    try {
+                        (void)engine::sample_logits(lg, p, h, us[static_cast<size_t>(r)], scr, mask);
+                    } catch (const std::runtime_error&) { threw = true; }
+                    const gpu::SampleOut& o = outs[static_cast<size_t>(r)];
+                    if (!threw || o.nan != want || o.token != -1) {
+                        ++fails;
+                        std::printf("case %d draw %d FAIL: %s: reference threw %d, device nan %d token %d\n", c0 + r,
+                                    draw, what, threw ? 1 : 0, o.nan, o.token);
+                    }
+                };
                 if (nan_row[static_cast<size_t>(r)]) {
                     ++nan_rows;
-                    bool threw = false;
-                    try {
-                        (void)engine::sample_logits(lg, p, h, us[static_cast<size_t>(r)], scr, mask);
-                    } catch (const std::runtime_error&) { threw = true; }
-                    const gpu::SampleOut& o = outs[static_cast<size_t>(r)];
-                    if (!threw || o.nan != 1 || o.token != -1) {
-                        ++fails;
-                        std::printf("case %d draw %d FAIL: NaN logit: reference threw %d, device nan %d token %d\n",
-                                    c0 + r, draw, threw ? 1 : 0, o.nan, o.token);
-                    }
-                    continue;  // no token on either side
+                    expect_refusal(1, "NaN logit");
+                    continue;  // no token: the penalty state is unchanged on both sides
                 }
                 if (!mask.empty() && kinds[static_cast<size_t>(r)] == MaskKind::Empty) {
-                    // The reference refuses (the engine ends the request); the device says so.
                     ++masked_empty;
-                    bool threw = false;
-                    try {
-                        (void)engine::sample_logits(lg, p, h, us[static_cast<size_t>(r)], scr, mask);
-                    } catch (const std::runtime_error&) { threw = true; }
-                    const gpu::SampleOut& o = outs[static_cast<size_t>(r)];
-                    if (!threw || o.nan != gpu::kMaskEmpty || o.token != -1) {
-                        ++fails;
-                        std::printf("case %d draw %d FAIL: empty mask: reference threw %d, device nan %d token %d\n",
-                                    c0 + r, draw, threw ? 1 : 0, o.nan, o.token);
-                    }
+                    expect_refusal(gpu::kMaskEmpty, "empty mask");
                     continue;  // no token: the penalty state is unchanged on both sides
                 }
                 const engine::SampleResult ref = engine::sample_logits(lg, p, h, us[static_cast<size_t>(r)], scr, mask);
