@@ -112,12 +112,13 @@ def tokens_and_logprobs(lines):
 class GpuEmulator(unittest.TestCase):
     def test_device_sampler_matches_reference_sampler(self):
         # Six slots per launch, two draws each (the second after the device's penalty update);
-        # two rows in three with a grammar mask, beside unmasked rows of the same launch.
+        # two rows in three with a grammar mask, beside unmasked rows of the same launch; now and
+        # then a row with a NaN logit, which both samplers refuse.
         p = subprocess.run([SAMPLER, "36"], capture_output=True, text=True, timeout=900)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("0 disagree", p.stdout)
         m = re.search(r"masked draws: (\d+) \(raw logprobs (\d+), processed logprobs (\d+), single token (\d+), "
-                      r"none allowed (\d+)\)", p.stdout)
+                      r"none allowed (\d+)\); rows with a NaN logit: (\d+)", p.stdout)
         self.assertTrue(m, p.stdout)
         self.assertTrue(all(int(x) > 0 for x in m.groups()), p.stdout)  # every kind was checked
 
