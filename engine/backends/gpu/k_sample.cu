@@ -15,7 +15,10 @@
 // value) << 32 | (2^32 - 1 - id), an element is kept when its key >= the pivot's. The pivot is
 // found by radix selection over the keys (8 passes of 8 bits; counts for top-k, probability
 // mass for top-p). Sums of exponentials are in double, as in the reference, but for the raw
-// logprobs' few terms a thread, added in float first. The block top-K: k_topk.cuh.
+// logprobs' few terms a thread, added in float first. Three launches: select_kernel (the
+// pivot), stage1_kernel (per block of kChunk candidates: maxima, sums and top-K lists; the block
+// top-K in k_topk.cuh) and stage2_kernel (per row: the blocks' partials merged, k_merge.cuh, then
+// the draw and the logprobs).
 #include <cmath>
 
 #include "engine/backends/gpu/k_sample.cuh"
