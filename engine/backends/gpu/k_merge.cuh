@@ -71,10 +71,7 @@ LOOM_DEV void merge_lists(const Partial* part, int nblk, int k, bool raw, Cand* 
     __syncthreads();
     const int n = cut.id >= 0 ? *s_n : kST + 1;
     if (n <= kST) {
-        rank_each(gath, n, kST, [&](int, const Cand& x, int rank) {
-            if (rank < k) top[rank] = x;
-        });
-        for (int i = n + t; i < k; i += kST) top[i] = Cand{0.0f, -1};
+        place_by_rank(gath, n, kST, k, top);
     } else {
         Cand prev{0.0f, -1};
         for (int i = 0; i < k; ++i) {
@@ -84,6 +81,12 @@ LOOM_DEV void merge_lists(const Partial* part, int nblk, int k, bool raw, Cand* 
         }
     }
     __syncthreads();
+}
+
+// Block P's share of the row's kept mass, sum of exp(v - km) over its kept candidates (0 when
+// it keeps none), given the row's kept maximum km.
+LOOM_DEV double kept_share(const Partial& P, double km) {
+    return P.proc_s > 0 ? P.proc_s * exp(static_cast<double>(P.proc_m) - km) : 0.0;
 }
 
 // A row's totals over its stage-1 partials, found by warp 0 (lane l takes blocks l, l + 32, ...
@@ -114,7 +117,7 @@ LOOM_DEV void row_totals(const Partial* part, int nblk, bool proc, bool raw, Row
     double tot = 0, rs = 0;
     for (int i = lane; i < nblk; i += kWarp) {
         const Partial& P = part[i];
-        if (proc && P.proc_s > 0) tot += P.proc_s * exp(static_cast<double>(P.proc_m) - km);
+        if (proc) tot += kept_share(P, km);
         if (raw) rs += P.raw_s * exp(static_cast<double>(P.raw_m) - rm);
     }
     tot = warp_sum_d(tot);

@@ -421,10 +421,7 @@ __global__ void __launch_bounds__(kST)
     } else {
         // Each block's share of the kept mass (thread i for block i), then thread 0 finds the
         // block where the cumulative mass passes u * total.
-        const auto share = [&](int i) {
-            return part[i].proc_s > 0 ? part[i].proc_s * exp(static_cast<double>(part[i].proc_m) - KM) : 0.0;
-        };
-        if (t < nblk) sh_scan[t] = share(t);
+        if (t < nblk) sh_scan[t] = kept_share(part[t], KM);
         __syncthreads();
         if (t == 0) {
             const double target = u * total;
@@ -433,7 +430,7 @@ __global__ void __launch_bounds__(kST)
             for (int i = 0; i < nblk; ++i) {
                 if (part[i].last_kept >= 0) last = part[i].last_kept;
                 if (part[i].proc_s <= 0) continue;
-                const double tb = i < kST ? sh_scan[i] : share(i);
+                const double tb = i < kST ? sh_scan[i] : kept_share(part[i], KM);
                 if (cum + tb > target) {
                     bc = i;
                     break;

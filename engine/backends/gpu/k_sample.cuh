@@ -62,6 +62,16 @@ LOOM_DEV void rank_each(const Cand* list, int n, int nt, F&& f) {
     }
 }
 
+// The k best of the n distinct entries of gath (shared memory), best first into out[0..k) and
+// none-padded past n: each entry is written at its rank (rank_each). Every thread of the block
+// (nt threads) calls it with the same n and k.
+LOOM_DEV void place_by_rank(const Cand* gath, int n, int nt, int k, Cand* out) {
+    rank_each(gath, n, nt, [&](int, const Cand& x, int rank) {
+        if (rank < k) out[rank] = x;
+    });
+    for (int i = n + static_cast<int>(threadIdx.x); i < k; i += nt) out[i] = Cand{0.0f, -1};
+}
+
 // The best candidate of the block (every thread gets it); sh holds kST / kWarp + 1 entries.
 LOOM_DEV Cand block_best(Cand c, Cand* sh) {
     const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;

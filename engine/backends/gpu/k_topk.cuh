@@ -29,7 +29,7 @@ constexpr int kFloorK = 4;  // block_top_k cuts at a floor from this many picks
 // a block of NT threads: the warps' lists of kMaxTop (the exact merge's room, and the gathered
 // candidates of the floor path).
 template <int NT>
-constexpr int kGather = NT / kWarp* kMaxTop;
+constexpr int kGather = (NT / kWarp) * kMaxTop;
 LOOM_HD constexpr int floor_offers(int k, int warps) { return (k + warps - 1) / warps; }
 
 // The floor for k picks: each warp offers its r best (sorted mine[] of every lane; none past
@@ -120,10 +120,7 @@ LOOM_DEV Cand block_top_k(const float (&vals)[kPer], const int (&ids)[kPer], int
         __syncthreads();
         const int n = cut.id >= 0 ? *s_n : kGather<NT> + 1;
         if (n <= kGather<NT>) {
-            rank_each(lists, n, NT, [&](int, const Cand& x, int rank) {
-                if (rank < k) out[rank] = x;
-            });
-            for (int i = n + tid; i < k; i += NT) out[i] = Cand{0.0f, -1};
+            place_by_rank(lists, n, NT, k, out);
             __syncthreads();  // `lists` is reused by the next call
             return top;
         }
