@@ -78,6 +78,9 @@ struct GpuOptions {
     /// Q4_K matrices through the decode GEMM's tile kernel (weights decoded in F32 into shared
     /// memory) instead of its fragment kernel (k_qgemm_q4.cu, the default): for comparisons.
     bool decode_gemm_tiled = false;
+    /// The device sampler's stage-1 candidates a thread (4, 8 or 16); 0 (the default):
+    /// kernels.hpp sample_per() of each step's rows, or 4 when batch_invariant.
+    int sample_per = 0;
 };
 
 /// The matvec/GEMM crossover for a model whose FFN matrices have ggml type `ffn_type`: 2 rows
@@ -246,7 +249,7 @@ private:
     int span_ = 64;               // decode attention positions per split this step (attn_decode_span)
     int splits_ = 1;              // decode attention splits this step
     bool pure_decode_ = false;    // every row: one token, sampled, not scored; sampled row i = flat row i
-    int nblk_ = 1;                // sampler stage-1 blocks this step
+    int max_cand_ = 1;            // the most candidates of a row sampled this step
     int qpt_ = 1;                 // queries per prefill attention tile
     std::vector<int> sample_at_;  // per plan row: its entry in sample_rows_ (-1: none)
     std::vector<int> score_at_;   // per plan row: its first entry in score_rows_ (-1: none)

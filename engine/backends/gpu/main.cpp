@@ -61,7 +61,10 @@ const char* kUsage = LOOM_ENGINE_NAME
     "                         (default 64 in CUDA builds; 0, off, in the emulator; HIP: 0 only)\n"
     "  --decode-gemm-f16      F16 matrices through the decode GEMM too (default: cuBLAS)\n"
     "  --decode-gemm-tiled    Q4_K matrices through the decode GEMM's shared-memory tile kernel, as\n"
-    "                         the other types, instead of its fragment kernel (for comparisons)\n";
+    "                         the other types, instead of its fragment kernel (for comparisons)\n"
+    "  --sample-per N         the device sampler's first stage reads N candidates a thread (4, 8 or\n"
+    "                         16; default by the step's rows: 4 below 16, 8 below 64, else 16;\n"
+    "                         4 with --batch-invariant)\n";
 
 bool parse_int(const std::string& s, long long max, long long& out) {
     try {
@@ -166,6 +169,10 @@ int main(int argc, char** argv) {
             opts.matvec_rows = static_cast<int>(number(kMaxInt));
         } else if (a == "--decode-gemm-rows") {
             opts.decode_gemm_rows = static_cast<int>(number(kMaxInt));
+        } else if (a == "--sample-per") {
+            opts.sample_per = static_cast<int>(number(16));
+            if (opts.sample_per != 4 && opts.sample_per != 8 && opts.sample_per != 16)
+                usage_error("--sample-per must be 4, 8 or 16");
         } else {
             usage_error("unknown option " + a);
         }
