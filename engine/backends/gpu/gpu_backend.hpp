@@ -81,6 +81,10 @@ struct GpuOptions {
     /// The device sampler's stage-1 candidates a thread (4, 8 or 16); 0 (the default):
     /// kernels.hpp sample_per() of each step's rows, or 4 when batch_invariant.
     int sample_per = 0;
+    /// Q4_K matrices of steps of 1-4 rows through the tensor-core matvec (kernels.hpp
+    /// MatvecArgs::q4_mma; not in HIP builds, nor with batch_invariant); false: the batched
+    /// matvec kernel, whose F32 products it replaced (for comparisons).
+    bool matvec_mma = true;
 };
 
 /// The matvec/GEMM crossover for a model whose FFN matrices have ggml type `ffn_type`: 2 rows

@@ -62,6 +62,8 @@ const char* kUsage = LOOM_ENGINE_NAME
     "  --decode-gemm-f16      F16 matrices through the decode GEMM too (default: cuBLAS)\n"
     "  --decode-gemm-tiled    Q4_K matrices through the decode GEMM's shared-memory tile kernel, as\n"
     "                         the other types, instead of its fragment kernel (for comparisons)\n"
+    "  --no-matvec-mma        Q4_K matrices of 1-4 row steps through the F32 batched matvec kernel\n"
+    "                         instead of the tensor-core one (for comparisons)\n"
     "  --sample-per N         the device sampler's first stage reads N candidates a thread (4, 8 or\n"
     "                         16; default by the step's rows: 4 below 16, 8 below 64, else 16;\n"
     "                         4 with --batch-invariant)\n";
@@ -113,6 +115,7 @@ int main(int argc, char** argv) {
         {"--own-gemm", &opts.own_gemm, true},
         {"--decode-gemm-f16", &opts.decode_gemm_f16, true},
         {"--decode-gemm-tiled", &opts.decode_gemm_tiled, true},
+        {"--no-matvec-mma", &opts.matvec_mma, false},
     };
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i], v;
