@@ -7,7 +7,7 @@
 // Usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] [GPU options]
 // where the GPU options are the engine's: --kv-f32, --batch-invariant, --no-graphs,
 // --no-fuse-rope, --own-gemm, --matvec-rows N, --decode-gemm-rows N, --decode-gemm-f16, --decode-gemm-tiled,
-// --sample-per N, --no-matvec-mma,
+// --no-matvec-mma,
 // --tiled-prefill-attn / --gemm-prefill-attn / --gemm16-prefill-attn / --flash-prefill-attn (the
 // engine's --prefill-attn tiled / gemm / gemm16 / flash); --ctx N; --prefill-list N,N,... times only those
 // prefills (TTFT of the backend); --step-rows N,N,... times and profiles only decode steps of
@@ -214,7 +214,6 @@ int main(int argc, char** argv) {
         else if (a == "--decode-gemm-rows") opts.decode_gemm_rows = next();
         else if (a == "--decode-gemm-f16") opts.decode_gemm_f16 = true;
         else if (a == "--decode-gemm-tiled") opts.decode_gemm_tiled = true;
-        else if (a == "--sample-per") opts.sample_per = next();
         else if (a == "--no-matvec-mma") opts.matvec_mma = false;
         else {
             std::fprintf(stderr, "loom-gpu-bench: unknown option %s\n", a.c_str());
@@ -231,7 +230,6 @@ int main(int argc, char** argv) {
     if (max_list + 8 > opts.n_ctx) opts.n_ctx = max_list + 8;
     opts.kv_tokens = std::max<int64_t>(opts.kv_tokens, opts.n_ctx);
     if (model.empty() || prompt < 1 || gen < 1 || prompt + gen + 8 > opts.n_ctx ||
-        (opts.sample_per != 0 && opts.sample_per != 4 && opts.sample_per != 8 && opts.sample_per != 16) ||
         std::find_if(prefill_list.begin(), prefill_list.end(), [](int n) { return n < 1; }) != prefill_list.end() ||
         std::find_if(step_rows.begin(), step_rows.end(), [](int n) { return n < 1; }) != step_rows.end()) {
         std::fprintf(
@@ -241,7 +239,7 @@ int main(int argc, char** argv) {
             "[--matvec-rows N] [--tiled-prefill-attn | --gemm-prefill-attn | --gemm16-prefill-attn | "
             "--flash-prefill-attn] "
             "[--ctx N] [--prefill-list N,N,...] [--step-rows N,N,...] [--step-logprobs K] [--decode-gemm-rows N] "
-            "[--decode-gemm-f16] [--decode-gemm-tiled] [--sample-per 4|8|16] [--no-matvec-mma]\n");
+            "[--decode-gemm-f16] [--decode-gemm-tiled] [--no-matvec-mma]\n");
         return 2;
     }
     const double bw = copy_bandwidth();

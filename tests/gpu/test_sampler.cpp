@@ -6,8 +6,7 @@
 // also carry a grammar token mask (SampleRow::mask, a new one each draw: half the ids, a sparse
 // set, a single token, now and then none of the candidates), sampled beside the unmasked rows
 // of the same launch and compared with sample_logits(..., mask). Now and then a row holds a NaN
-// logit, which both refuse. Launches take stage 1's three chunk sizes (4, 8 and 16 candidates a
-// thread) in turn. Exit status 0 when every case agrees.
+// logit, which both refuse. Exit status 0 when every case agrees.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -108,8 +107,6 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(12345);
     std::uniform_real_distribution<double> U(0, 1);
     const int sizes[] = {3, 17, 512, 4099, 40000, 128256};
-    constexpr int kPers[] = {4, 8, 16};
-    int per_launches[3] = {0, 0, 0};
     int fails = 0, token_diffs = 0, checked = 0;
     int masked = 0, masked_raw = 0, masked_proc = 0, masked_one = 0, masked_empty = 0, nan_rows = 0;
     gpuStream_t s;
@@ -151,7 +148,7 @@ int main(int argc, char** argv) {
             std::vector<std::vector<uint32_t>> masks(static_cast<size_t>(rows));
             std::vector<MaskKind> kinds(static_cast<size_t>(rows), MaskKind::Half);
             std::vector<char> nan_row(static_cast<size_t>(rows), 0);
-            int max_cand = 1;
+            int nblk = 1;
             for (int r = 0; r < rows; ++r) {
                 if (has_mask(r)) {
                     const int pick = (ci0 + r + draw) % 3;
@@ -174,7 +171,7 @@ int main(int argc, char** argv) {
                     has_mask(r) ? static_cast<const uint32_t*>(masks_dev) + static_cast<size_t>(r) * words : nullptr;
                 srows[static_cast<size_t>(r)] =
                     gpu::SampleRow{kRows - 1 - r, rows - 1 - r, us[static_cast<size_t>(r)], mdev};
-                max_cand = std::max(max_cand, sampler.n_cand(kRows - 1 - r));
+                nblk = std::max(nblk, sampler.blocks(kRows - 1 - r));
             }
             // Now and then a NaN at any id of a row's logits, a candidate or not: that row fails,
             // and the others of the launch do not.
@@ -186,11 +183,8 @@ int main(int argc, char** argv) {
             LOOM_GPU_CHECK(gpuMemcpy(d, logits.data(), sizeof(float) * logits.size(), gpuMemcpyHostToDevice));
             LOOM_GPU_CHECK(
                 gpuMemcpy(rows_dev, srows.data(), sizeof(gpu::SampleRow) * srows.size(), gpuMemcpyHostToDevice));
-            // Stage 1 at each of its chunk sizes (4, 8, 16 candidates a thread) in turn.
-            const int per = kPers[(ci0 + draw) % 3];
-            ++per_launches[(ci0 + draw) % 3];
-            sampler.sample(static_cast<const float*>(d), n, static_cast<const gpu::SampleRow*>(rows_dev), rows,
-                           max_cand, static_cast<gpu::SampleOut*>(out_dev), per);
+            sampler.sample(static_cast<const float*>(d), n, static_cast<const gpu::SampleRow*>(rows_dev), rows, nblk,
+                           static_cast<gpu::SampleOut*>(out_dev));
             std::vector<gpu::SampleOut> outs(static_cast<size_t>(rows));
             LOOM_GPU_CHECK(
                 gpuMemcpyAsync(outs.data(), out_dev, sizeof(gpu::SampleOut) * outs.size(), gpuMemcpyDeviceToHost, s));
@@ -270,7 +264,5 @@ int main(int argc, char** argv) {
         "masked draws: %d (raw logprobs %d, processed logprobs %d, single token %d, none allowed %d); "
         "rows with a NaN logit: %d\n",
         masked, masked_raw, masked_proc, masked_one, masked_empty, nan_rows);
-    std::printf("launches by stage-1 candidates a thread: 4: %d, 8: %d, 16: %d\n", per_launches[0], per_launches[1],
-                per_launches[2]);
     return fails == 0 ? 0 : 1;
 }

@@ -365,7 +365,7 @@ void GpuBackend::build_rows(const engine::StepPlan& plan) {
     chunks_.clear();
     int32_t max_pos = 0;
     pure_decode_ = true;
-    max_cand_ = 1;
+    nblk_ = 1;
     any_mask_ = false;
     for (size_t i : order) {
         const engine::StepRow& r = plan.rows[i];
@@ -401,7 +401,7 @@ void GpuBackend::build_rows(const engine::StepPlan& plan) {
         const uint32_t* mask = r.mask.empty() ? nullptr : masks_.dev + static_cast<size_t>(k) * mask_words_;
         any_mask_ = any_mask_ || mask != nullptr;
         sample_rows_.host[k] = SampleRow{r.slot, k, r.u, mask};
-        max_cand_ = std::max(max_cand_, sampler_->n_cand(r.slot));
+        nblk_ = std::max(nblk_, sampler_->blocks(r.slot));
     }
     // Prompt-scored rows: logits row j % logit_rows_ of their group.
     for (size_t i : order) {
@@ -478,11 +478,7 @@ void GpuBackend::finish_step(const engine::StepPlan& plan, engine::StepOutput& o
     // mask this step: no copy.
     if (any_mask_) upload_masks(plan);
     if (ns) {
-        // Batch invariance: the same stage-1 chunks whatever the number of rows.
-        sampler_->sample(logits_, ld_v_, sample_rows_.dev, ns, max_cand_, out_dev_,
-                         opts_.sample_per        ? opts_.sample_per
-                         : opts_.batch_invariant ? 4
-                                                 : 0);
+        sampler_->sample(logits_, ld_v_, sample_rows_.dev, ns, nblk_, out_dev_);
         tick("sample");
     }
     if (ns + nsc)

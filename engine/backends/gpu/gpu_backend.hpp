@@ -78,9 +78,6 @@ struct GpuOptions {
     /// Q4_K matrices through the decode GEMM's tile kernel (weights decoded in F32 into shared
     /// memory) instead of its fragment kernel (k_qgemm_q4.cu, the default): for comparisons.
     bool decode_gemm_tiled = false;
-    /// The device sampler's stage-1 candidates a thread (4, 8 or 16); 0 (the default):
-    /// kernels.hpp sample_per() of each step's rows, or 4 when batch_invariant.
-    int sample_per = 0;
     /// Q4_K matrices of steps of 1-4 rows through the tensor-core matvec (kernels.hpp
     /// MatvecArgs::q4_mma; not in HIP builds, nor with batch_invariant); false: the batched
     /// matvec kernel, whose F32 products it replaced (for comparisons).
@@ -253,7 +250,7 @@ private:
     int span_ = 64;               // decode attention positions per split this step (attn_decode_span)
     int splits_ = 1;              // decode attention splits this step
     bool pure_decode_ = false;    // every row: one token, sampled, not scored; sampled row i = flat row i
-    int max_cand_ = 1;            // the most candidates of a row sampled this step
+    int nblk_ = 1;                // sampler stage-1 blocks this step
     int qpt_ = 1;                 // queries per prefill attention tile
     std::vector<int> sample_at_;  // per plan row: its entry in sample_rows_ (-1: none)
     std::vector<int> score_at_;   // per plan row: its first entry in score_rows_ (-1: none)

@@ -154,10 +154,8 @@ void SlotSampler::close(int slot) {
     st = Slot{};
 }
 
-void SlotSampler::sample(const float* logits, int64_t ld, const SampleRow* rows, int n, int max_cand, SampleOut* out,
-                         int per) {
-    if (per == 0) per = sample_per(n);
-    sample_rows(logits, ld, n_vocab_, cfgs_, rows, n, sample_blocks(max_cand, per), per, scratch_, out, stream_);
+void SlotSampler::sample(const float* logits, int64_t ld, const SampleRow* rows, int n, int nblk, SampleOut* out) {
+    sample_rows(logits, ld, n_vocab_, cfgs_, rows, n, nblk, scratch_, out, stream_);
 }
 
 engine::SampleResult SlotSampler::result(int slot, const SampleOut& o) const {

@@ -35,15 +35,13 @@ public:
     /// Closes `slot` (no-op when it is not open).
     void close(int slot);
     bool is_open(int slot) const { return slot >= 0 && slot < max_slots_ && slots_[slot].open; }
-    /// The candidate count of a row of `slot` (its allowed ids, or the vocabulary).
-    int n_cand(int slot) const { return slots_[slot].cfg.n_cand; }
+    /// Stage-1 blocks for a row of `slot` (its candidate count).
+    int blocks(int slot) const { return sample_blocks(slots_[slot].cfg.n_cand); }
 
     /// Enqueues the sampling of n rows (device SampleRow array, distinct open slots) from
-    /// `logits` (leading dimension ld) into out[0..n) (device), max_cand = the largest n_cand()
-    /// of the rows, with `per` stage-1 candidates a thread (0: sample_per(n); else 4, 8 or 16);
-    /// the slots' penalty state counts the sampled tokens. No host sync.
-    void sample(const float* logits, int64_t ld, const SampleRow* rows, int n, int max_cand, SampleOut* out,
-                int per = 0);
+    /// `logits` (leading dimension ld) into out[0..n) (device), nblk = the largest blocks() of
+    /// the rows; the slots' penalty state counts the sampled tokens. No host sync.
+    void sample(const float* logits, int64_t ld, const SampleRow* rows, int n, int nblk, SampleOut* out);
 
     /// The SampleResult of slot `slot` from its row's SampleOut (read back to the host): the
     /// logprob and min(K, candidates) top pairs when the slot wants logprobs.

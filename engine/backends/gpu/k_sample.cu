@@ -16,8 +16,8 @@
 // found by radix selection over the keys (8 passes of 8 bits; counts for top-k, probability
 // mass for top-p). Sums of exponentials are in double, as in the reference, but for the raw
 // logprobs' few terms a thread, added in float first. Three launches: select_kernel (the
-// pivot), stage1_kernel (per block of kS1 * Per candidates: maxima, sums and top-K lists; the
-// block top-K in k_topk.cuh) and stage2_kernel (per row: the blocks' partials merged, k_merge.cuh, then
+// pivot), stage1_kernel (per block of kChunk candidates: maxima, sums and top-K lists; the block
+// top-K in k_topk.cuh) and stage2_kernel (per row: the blocks' partials merged, k_merge.cuh, then
 // the draw and the logprobs).
 #include <cmath>
 
@@ -28,30 +28,23 @@
 namespace loom::gpu {
 namespace {
 
-// Stage 1 runs blocks of kS1 threads over Per candidates a thread (a chunk of kS1 * Per): with
-// Per = 4, 1,024 threads an SM (at most 64 registers each), so that one block's barriers and
-// serial merges overlap the others' loads; launches of many rows take Per = 8 or 16 (two blocks
-// an SM), whose fewer blocks a row spend less on those fixed costs (sample_per, kernels.hpp).
+// Stage 1 runs blocks of kS1 threads, 1,024 threads an SM (at most 64 registers each), so that one
+// block's barriers and serial merges overlap the others' loads; kChunk candidates a block.
 constexpr int kS1 = 256;
-constexpr int kMinPer = 4, kMaxPer = 16;
-constexpr int kMaxDraw = kS1 * kMaxPer / kST;  // candidates per stage-2 thread in the draw's chunk
-static_assert(kS1 * kMinPer % kST == 0, "a stage-2 thread draws over whole candidates");
+constexpr int kChunk = kS1 * kPer;   // candidates per stage-1 block (kPer: k_topk.cuh)
+constexpr int kDraw = kChunk / kST;  // candidates per stage-2 thread in the draw's chunk
+static_assert(kChunk % kST == 0, "a stage-2 thread draws over whole candidates");
 
 struct Scratch {
     uint64_t pivot;  // 0: every candidate kept
     uint64_t pad[7];
 };
 
-// Stage-1 blocks of Per candidates a thread that cover n_cand candidates (at least one).
-LOOM_HD inline int blocks_of(int n_cand, int per) {
-    const int chunk = kS1 * per;
-    return n_cand <= 0 ? 1 : (n_cand + chunk - 1) / chunk;
-}
+LOOM_HD inline int blocks_of(int n_cand) { return n_cand <= 0 ? 1 : (n_cand + kChunk - 1) / kChunk; }
 
-// Bytes of one row's scratch: its Scratch, then the Partials of up to blocks_of(n_vocab, kMinPer)
-// blocks (the most of any Per).
+// Bytes of one row's scratch: its Scratch, then the Partials of up to blocks_of(n_vocab) blocks.
 size_t row_scratch_bytes(int n_vocab) {
-    return (sizeof(Scratch) + sizeof(Partial) * static_cast<size_t>(blocks_of(n_vocab, kMinPer)) + 255) / 256 * 256;
+    return (sizeof(Scratch) + sizeof(Partial) * static_cast<size_t>(blocks_of(n_vocab)) + 255) / 256 * 256;
 }
 
 // One row's view of a launch: its configuration, logits and scratch.
@@ -266,11 +259,10 @@ __global__ void __launch_bounds__(kST) select_kernel(const float* logits_all, in
     if (t == 0) sc->pivot = pivot;
 }
 
-// Per-block statistics over kS1 * Per candidates: raw max/sum and top-K, processed top-K, and the
-// kept set's max/sum and last member. Block (b, r) covers candidates b * kS1 * Per.. of row r;
+// Per-block statistics over kChunk candidates: raw max/sum and top-K, processed top-K, and the
+// kept set's max/sum and last member. Block (b, r) covers candidates b * kChunk.. of row r;
 // blocks past the row's candidates return at once.
-template <int Per>
-__global__ void __launch_bounds__(kS1, Per == 4 ? 1024 / kS1 : 512 / kS1)
+__global__ void __launch_bounds__(kS1, 1024 / kS1)
     stage1_kernel(const float* logits_all, int64_t ld, const SampleCfg* cfgs, const SampleRow* rows, void* scratch,
                   size_t row_bytes) {
     __shared__ Cand shc[kGather<kS1>];  // block_top_k's lists
@@ -282,8 +274,7 @@ __global__ void __launch_bounds__(kS1, Per == 4 ? 1024 / kS1 : 512 / kS1)
     const RowView rv = row_view(logits_all, ld, cfgs, rows, static_cast<int>(blockIdx.y), scratch, row_bytes);
     const SampleCfg& c = rv.c;
     const int t = static_cast<int>(threadIdx.x), b = static_cast<int>(blockIdx.x);
-    constexpr int kChunk = kS1 * Per;
-    const int nblk = blocks_of(c.n_cand, Per);
+    const int nblk = blocks_of(c.n_cand);
     if (b >= nblk) return;
     const float* logits = rv.logits;
     const int32_t* allowed = c.allowed;
@@ -301,12 +292,12 @@ __global__ void __launch_bounds__(kS1, Per == 4 ? 1024 / kS1 : 512 / kS1)
         const int lo = b * per, hi = min(c.n_vocab, lo + per);
         for (int i = lo + t; i < hi; i += kS1) nan |= logits[i] != logits[i];
     }
-    float raw[Per], pv[Per];
-    int ids[Per], pids[Per];  // the candidate ids (raw logprobs), those the mask allows (-1 else)
-    bool kept[Per];
+    float raw[kPer], pv[kPer];
+    int ids[kPer], pids[kPer];  // the candidate ids (raw logprobs), those the mask allows (-1 else)
+    bool kept[kPer];
     int n_in = 0;
 #pragma unroll
-    for (int j = 0; j < Per; ++j) {
+    for (int j = 0; j < kPer; ++j) {
         const int i = b * kChunk + t + kS1 * j;
         ids[j] = pids[j] = -1;
         raw[j] = pv[j] = -INFINITY;
@@ -335,39 +326,38 @@ __global__ void __launch_bounds__(kS1, Per == 4 ? 1024 / kS1 : 512 / kS1)
         float m = -INFINITY;
         double s = 0;
         if (c.k_raw >= kFloorK) {  // the top-K's floor search has the maximum and the sum
-            const Cand top = block_top_k<kS1, Per>(raw, ids, c.k_raw, P.raw, shc, &s_gathered, s_cut, shd);
+            const Cand top = block_top_k<kS1>(raw, ids, c.k_raw, P.raw, shc, &s_gathered, s_cut, shd);
             if (top.id >= 0) m = top.v;
             s = shd[2 * kS1 / 32];
             if (proc_is_raw && t == 0) P.proc[0] = top;
         } else {
 #pragma unroll
-            for (int j = 0; j < Per; ++j)
+            for (int j = 0; j < kPer; ++j)
                 if (ids[j] >= 0) m = fmaxf(m, raw[j]);
             m = block_max(m, shf);
-            block_top_k<kS1, Per>(raw, ids, c.k_raw, P.raw, shc, &s_gathered, s_cut);
-            // A thread's Per terms in float (expf: within 2 ulp), the block's sum in double: the
+            block_top_k<kS1>(raw, ids, c.k_raw, P.raw, shc, &s_gathered, s_cut);
+            // A thread's kPer terms in float (expf: within 2 ulp), the block's sum in double: the
             // raw logprobs need no draw to agree with, and exp in double cost more than the top-K.
             float sf = 0.0f;
 #pragma unroll
-            for (int j = 0; j < Per; ++j)
+            for (int j = 0; j < kPer; ++j)
                 if (ids[j] >= 0) sf += expf(raw[j] - m);
             s = block_sum(static_cast<double>(sf), shd);
         }
         if (t == 0) P.raw_m = m, P.raw_s = s;
     }
     if (!proc_is_raw)
-        block_top_k<kS1, Per>(pv, pids, c.k_proc, P.proc, shc, &s_gathered,
-                              s_cut);  // the ids the mask allows (-1 else)
+        block_top_k<kS1>(pv, pids, c.k_proc, P.proc, shc, &s_gathered, s_cut);  // the ids the mask allows (-1 else)
     if (!c.greedy || c.processed_lp) {
         float m = -INFINITY;
         int last = -1;
 #pragma unroll
-        for (int j = 0; j < Per; ++j)
+        for (int j = 0; j < kPer; ++j)
             if (ids[j] >= 0 && kept[j]) m = fmaxf(m, pv[j]), last = max(last, b * kChunk + t + kS1 * j);
         m = block_max(m, shf);
         double s = 0;
 #pragma unroll
-        for (int j = 0; j < Per; ++j)
+        for (int j = 0; j < kPer; ++j)
             if (ids[j] >= 0 && kept[j]) s += exp(static_cast<double>(pv[j]) - m);
         s = block_sum(s, shd);
         __shared__ int s_last;
@@ -381,11 +371,11 @@ __global__ void __launch_bounds__(kS1, Per == 4 ? 1024 / kS1 : 512 / kS1)
     if (t == 0) P.nan = s_nan, P.n_in = s_in;
 }
 
-// Merges the partials of stage-1 blocks of Per candidates a thread, draws the token, writes the
-// result and counts the token in the slot's penalty state (one block per row).
+// Merges the partials, draws the token, writes the result and counts the token in the slot's
+// penalty state (one block per row).
 __global__ void __launch_bounds__(kST)
     stage2_kernel(const float* logits_all, int64_t ld, const SampleCfg* cfgs, const SampleRow* rows, void* scratch,
-                  size_t row_bytes, int per, SampleOut* out_all) {
+                  size_t row_bytes, SampleOut* out_all) {
     __shared__ Cand shc[kST / 32 + 1];
     __shared__ Cand top[kMaxTop], rtop[kMaxTop];
     __shared__ Cand gath[kST];
@@ -401,8 +391,7 @@ __global__ void __launch_bounds__(kST)
     const float* logits = rv.logits;
     const int32_t* allowed = c.allowed;
     const Partial* part = rv.part;
-    const int nblk = blocks_of(c.n_cand, per);
-    const int chunk = kS1 * per, n_draw = chunk / kST;  // a thread's candidates in the draw
+    const int nblk = blocks_of(c.n_cand);
     const double u = rows[r].u;
     SampleOut* out = out_all + r;
     const int t = static_cast<int>(threadIdx.x);
@@ -457,13 +446,13 @@ __global__ void __launch_bounds__(kST)
         if (s_bc >= 0) {
             const int bc = s_bc;
             const double target = u * total;
-            double e[kMaxDraw];
+            double e[kDraw];
             double ts = 0;
 #pragma unroll
-            for (int j = 0; j < kMaxDraw; ++j) {
-                const int i = bc * chunk + n_draw * t + j;
+            for (int j = 0; j < kDraw; ++j) {
+                const int i = bc * kChunk + kDraw * t + j;
                 e[j] = -1;  // not a kept candidate
-                if (j < n_draw && i < c.n_cand) {
+                if (i < c.n_cand) {
                     const int id = cand_id(c, allowed, i);
                     if (in_mask(mask, id)) {
                         const float v = proc_val(c, logits, id);
@@ -496,8 +485,8 @@ __global__ void __launch_bounds__(kST)
             // The last kept candidate of the block, should rounding leave the draw past its end.
             int mylast = -1;
 #pragma unroll
-            for (int j = 0; j < kMaxDraw; ++j)
-                if (e[j] >= 0) mylast = bc * chunk + n_draw * t + j;
+            for (int j = 0; j < kDraw; ++j)
+                if (e[j] >= 0) mylast = bc * kChunk + kDraw * t + j;
             __shared__ int s_last;
             if (t == 0) s_last = -1;
             __syncthreads();
@@ -507,10 +496,10 @@ __global__ void __launch_bounds__(kST)
                 double cum = excl;
                 int pick = -1;
 #pragma unroll
-                for (int j = 0; j < kMaxDraw; ++j)
+                for (int j = 0; j < kDraw; ++j)
                     if (e[j] >= 0 && pick < 0) {
                         cum += e[j];
-                        if (cum > target) pick = bc * chunk + n_draw * t + j;
+                        if (cum > target) pick = bc * kChunk + kDraw * t + j;
                     }
                 if (pick < 0) pick = mylast;
                 s_token = cand_id(c, allowed, pick);
@@ -562,28 +551,25 @@ __global__ void __launch_bounds__(kST)
 
 }  // namespace
 
-int sample_blocks(int n_cand, int per) { return blocks_of(n_cand, per); }
-
-int sample_per(int rows) { return rows >= 64 ? 16 : rows >= 16 ? 8 : 4; }
+int sample_blocks(int n_cand) { return blocks_of(n_cand); }
 
 size_t sample_scratch_bytes(int n_vocab, int rows) {
     return row_scratch_bytes(n_vocab) * static_cast<size_t>(rows < 1 ? 1 : rows);
 }
 
 void sample_rows(const float* logits, int64_t ld, int n_vocab, const SampleCfg* cfgs, const SampleRow* rows, int n,
-                 int nblk, int per, void* scratch, SampleOut* out, gpuStream_t s) {
+                 int nblk, void* scratch, SampleOut* out, gpuStream_t s) {
     if (n <= 0) return;
-    if (per != 4 && per != 8 && per != 16) throw GpuError("sample_rows: per must be 4, 8 or 16");
     const size_t rb = row_scratch_bytes(n_vocab);
     const auto rows_u = static_cast<unsigned>(n);
     auto k0 = select_kernel;
     LOOM_LAUNCH(k0, dim3(1, rows_u), kST, 0, s, logits, ld, cfgs, rows, scratch, rb);
     LOOM_GPU_CHECK_LAUNCH();
-    auto k1 = per == 4 ? stage1_kernel<4> : per == 8 ? stage1_kernel<8> : stage1_kernel<16>;
+    auto k1 = stage1_kernel;
     LOOM_LAUNCH(k1, dim3(static_cast<unsigned>(nblk), rows_u), kS1, 0, s, logits, ld, cfgs, rows, scratch, rb);
     LOOM_GPU_CHECK_LAUNCH();
     auto k2 = stage2_kernel;
-    LOOM_LAUNCH(k2, rows_u, kST, 0, s, logits, ld, cfgs, rows, scratch, rb, per, out);
+    LOOM_LAUNCH(k2, rows_u, kST, 0, s, logits, ld, cfgs, rows, scratch, rb, out);
     LOOM_GPU_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,5 @@
 // The device sampler's block-wide top-k (k_sample.cu stage 1): the k best candidates of a block
-// of NT threads holding Per candidates each (4, 8 or 16: k_sample.cu's chunk per block), in engine/sampler.cpp's order (value descending,
+// of NT threads holding kPer candidates each, in engine/sampler.cpp's order (value descending,
 // ties by lower id: better() in k_sample.cuh).
 //
 // For k >= kFloorK (top-K logprobs) it cuts at a floor and ranks what is left: each of the NT/32
@@ -22,6 +22,7 @@
 namespace loom::gpu {
 namespace {
 
+constexpr int kPer = 4;     // candidates per thread in stage 1
 constexpr int kFloorK = 4;  // block_top_k cuts at a floor from this many picks
 
 // Offers per warp for the floor (ceil(k / warps)), and the shared entries block_top_k needs for
@@ -38,8 +39,7 @@ LOOM_HD constexpr int floor_offers(int k, int warps) { return (k + warps - 1) / 
 // shared doubles), each warp also leaves its sum of exp(v - its maximum) over its candidates
 // (float terms, added in double) in sums[warp] and that maximum in sums[NT / 32 + warp], for
 // block_top_k to rescale. Two barriers.
-template <int Per>
-LOOM_DEV Cand warp_floor(const Cand (&mine)[Per], int k, Cand* lists, Cand* s_cut, Cand* best, double* sums) {
+LOOM_DEV Cand warp_floor(const Cand (&mine)[kPer], int k, Cand* lists, Cand* s_cut, Cand* best, double* sums) {
     const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
     const int nt = static_cast<int>(blockDim.x), nw = nt / kWarp;
     const int r = floor_offers(k, nw);
@@ -48,7 +48,7 @@ LOOM_DEV Cand warp_floor(const Cand (&mine)[Per], int k, Cand* lists, Cand* s_cu
         // This lane's best candidate strictly worse than the warp's last offer.
         Cand c{0.0f, -1};
 #pragma unroll
-        for (int j = Per - 1; j >= 0; --j)
+        for (int j = kPer - 1; j >= 0; --j)
             if (n == 0 || better(prev, mine[j])) c = mine[j];
         if (n > 0 && prev.id < 0) c = Cand{0.0f, -1};
         prev = warp_best(c);
@@ -56,7 +56,7 @@ LOOM_DEV Cand warp_floor(const Cand (&mine)[Per], int k, Cand* lists, Cand* s_cu
         if (n == 0 && sums) {
             float sf = 0.0f;
 #pragma unroll
-            for (int j = 0; j < Per; ++j)
+            for (int j = 0; j < kPer; ++j)
                 if (mine[j].id >= 0) sf += expf(mine[j].v - prev.v);
             const double ws = warp_sum_d(static_cast<double>(sf));
             if (lane == 0) sums[warp] = ws, sums[nw + warp] = prev.id >= 0 ? static_cast<double>(prev.v) : -INFINITY;
@@ -74,23 +74,23 @@ LOOM_DEV Cand warp_floor(const Cand (&mine)[Per], int k, Cand* lists, Cand* s_cu
     return s_cut[0];
 }
 
-// The k best of the block's candidates (NT threads, blockDim.x == NT), Per a thread in
+// The k best of the block's candidates (NT threads, blockDim.x == NT), kPer a thread in
 // (vals[j], ids[j]) with id < 0 for none, best first into out[0..k) (none-padded past the valid
 // ones). For k >= kFloorK every thread gets the block's best candidate back (none if it has
 // none), so callers need no block maximum of their own; for fewer picks, none. `lists` holds
 // kGather<NT> entries of shared memory, `s_n` one and `s_cut` two; all three may be reused once
 // the call returns. For k >= kFloorK and `sums` set (2 NT / 32 + 1 shared doubles),
 // sums[2 NT / 32] gets the block's sum of exp(v - best) over its candidates (0 with none).
-template <int NT, int Per>
-LOOM_DEV Cand block_top_k(const float (&vals)[Per], const int (&ids)[Per], int k, Cand* out, Cand* lists, int* s_n,
+template <int NT>
+LOOM_DEV Cand block_top_k(const float (&vals)[kPer], const int (&ids)[kPer], int k, Cand* out, Cand* lists, int* s_n,
                           Cand* s_cut, double* sums = nullptr) {
     const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
     const int tid = static_cast<int>(threadIdx.x);
-    Cand mine[Per];
+    Cand mine[kPer];
 #pragma unroll
-    for (int j = 0; j < Per; ++j) mine[j] = ids[j] >= 0 ? Cand{vals[j], ids[j]} : Cand{0.0f, -1};
+    for (int j = 0; j < kPer; ++j) mine[j] = ids[j] >= 0 ? Cand{vals[j], ids[j]} : Cand{0.0f, -1};
 #pragma unroll
-    for (int i = 1; i < Per; ++i)  // insertion sort, best first
+    for (int i = 1; i < kPer; ++i)  // insertion sort, best first
 #pragma unroll
         for (int j = i; j > 0; --j)
             if (better(mine[j], mine[j - 1])) {
@@ -101,7 +101,7 @@ LOOM_DEV Cand block_top_k(const float (&vals)[Per], const int (&ids)[Per], int k
     Cand cut{0.0f, -1}, top{0.0f, -1};
     if (k >= kFloorK) {  // k is the same in every thread
         if (tid == 0) *s_n = 0;
-        cut = warp_floor<Per>(mine, k, lists, s_cut, &top, sums);  // its barriers publish *s_n = 0
+        cut = warp_floor(mine, k, lists, s_cut, &top, sums);  // its barriers publish *s_n = 0
         if (sums && warp == 0) {  // the warps' sums rescaled to the block's maximum, in warp order
             const int nw = NT / kWarp;
             const double wm = lane < nw ? sums[nw + lane] : -INFINITY;
@@ -111,7 +111,7 @@ LOOM_DEV Cand block_top_k(const float (&vals)[Per], const int (&ids)[Per], int k
         }
         if (cut.id >= 0) {
 #pragma unroll
-            for (int j = 0; j < Per; ++j)
+            for (int j = 0; j < kPer; ++j)
                 if (mine[j].id >= 0 && !better(cut, mine[j])) {
                     const int at = atomicAdd(s_n, 1);
                     if (at < kGather<NT>) lists[at] = mine[j];
@@ -136,11 +136,11 @@ LOOM_DEV Cand block_top_k(const float (&vals)[Per], const int (&ids)[Per], int k
         }
         if (lane == 0) wl[n] = best;
 #pragma unroll
-        for (int s = 0; s < Per; ++s)
+        for (int s = 0; s < kPer; ++s)
             if (mine[0].id >= 0 && !better(best, mine[0])) {
 #pragma unroll
-                for (int j = 0; j + 1 < Per; ++j) mine[j] = mine[j + 1];
-                mine[Per - 1] = Cand{0.0f, -1};
+                for (int j = 0; j + 1 < kPer; ++j) mine[j] = mine[j + 1];
+                mine[kPer - 1] = Cand{0.0f, -1};
             }
     }
     __syncthreads();

@@ -347,16 +347,8 @@ struct SampleOut {
     float top_lp[kMaxTop];
 };
 
-/// Stage-1 blocks of `per` candidates a thread (4, 8 or 16; 256 threads a block) that cover
-/// n_cand candidates (the `nblk` of sample_rows).
-int sample_blocks(int n_cand, int per);
-
-/// The stage-1 candidates a thread (the `per` of sample_rows) for a launch of `rows` rows: 4 below
-/// 16 rows, where more blocks a row keep the SMs busy, 8 below 64 and 16 from 64, where each
-/// block's fixed costs (barriers, the top-K's floor and ranks, the partial's store) are spread
-/// over more candidates and stage 2 merges fewer partials. The choice changes only the order in
-/// which a row's sums are added (logprobs within float rounding); batch-invariant engines keep 4.
-int sample_per(int rows);
+/// Stage-1 blocks that cover n_cand candidates (the `nblk` of sample_rows).
+int sample_blocks(int n_cand);
 
 /// Device scratch of sample_rows for up to `rows` rows over a vocabulary of n_vocab, in bytes.
 size_t sample_scratch_bytes(int n_vocab, int rows);
@@ -364,12 +356,12 @@ size_t sample_scratch_bytes(int n_vocab, int rows);
 /// Samples `n` rows at once (engine/sampler.cpp's order of steps): row i draws from logits row
 /// rows[i].logits_row (leading dimension ld) with the configuration cfgs[rows[i].slot], into
 /// out[i]; its slot's penalty state then counts the sampled token. Slots of the rows are
-/// distinct; nblk = sample_blocks(largest n_cand of the rows, per), per 4, 8 or 16 (sample_per;
-/// GpuError for any other); scratch has sample_scratch_bytes(n_vocab, n). A row with rows[i].mask samples, and takes its processed
+/// distinct; nblk = sample_blocks(largest n_cand of the rows); scratch has
+/// sample_scratch_bytes(n_vocab, n). A row with rows[i].mask samples, and takes its processed
 /// logprobs, over the candidates the mask allows (its raw logprobs stay the model's); none
 /// allowed: out[i].nan = kMaskEmpty. Three launches whatever n, no host sync.
 void sample_rows(const float* logits, int64_t ld, int n_vocab, const SampleCfg* cfgs, const SampleRow* rows, int n,
-                 int nblk, int per, void* scratch, SampleOut* out, gpuStream_t s);
+                 int nblk, void* scratch, SampleOut* out, gpuStream_t s);
 
 /// Prompt logprobs: for each of `n` rows, the raw logprob of rows[i].target from logits row
 /// rows[i].logits_row over the whole vocabulary, and the top rows[i].k raw pairs, into out[i].

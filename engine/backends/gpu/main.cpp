@@ -63,10 +63,7 @@ const char* kUsage = LOOM_ENGINE_NAME
     "  --decode-gemm-tiled    Q4_K matrices through the decode GEMM's shared-memory tile kernel, as\n"
     "                         the other types, instead of its fragment kernel (for comparisons)\n"
     "  --no-matvec-mma        Q4_K matrices of 1-4 row steps through the F32 batched matvec kernel\n"
-    "                         instead of the tensor-core one (for comparisons)\n"
-    "  --sample-per N         the device sampler's first stage reads N candidates a thread (4, 8 or\n"
-    "                         16; default by the step's rows: 4 below 16, 8 below 64, else 16;\n"
-    "                         4 with --batch-invariant)\n";
+    "                         instead of the tensor-core one (for comparisons)\n";
 
 bool parse_int(const std::string& s, long long max, long long& out) {
     try {
@@ -172,10 +169,6 @@ int main(int argc, char** argv) {
             opts.matvec_rows = static_cast<int>(number(kMaxInt));
         } else if (a == "--decode-gemm-rows") {
             opts.decode_gemm_rows = static_cast<int>(number(kMaxInt));
-        } else if (a == "--sample-per") {
-            opts.sample_per = static_cast<int>(number(16));
-            if (opts.sample_per != 4 && opts.sample_per != 8 && opts.sample_per != 16)
-                usage_error("--sample-per must be 4, 8 or 16");
         } else {
             usage_error("unknown option " + a);
         }
