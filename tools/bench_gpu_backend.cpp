@@ -7,7 +7,6 @@
 // Usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] [GPU options]
 // where the GPU options are the engine's: --kv-f32, --batch-invariant, --no-graphs,
 // --no-fuse-rope, --own-gemm, --matvec-rows N, --decode-gemm-rows N, --decode-gemm-f16, --decode-gemm-tiled,
-// --no-matvec-mma,
 // --tiled-prefill-attn / --gemm-prefill-attn / --gemm16-prefill-attn / --flash-prefill-attn (the
 // engine's --prefill-attn tiled / gemm / gemm16 / flash); --ctx N; --prefill-list N,N,... times only those
 // prefills (TTFT of the backend); --step-rows N,N,... times and profiles only decode steps of
@@ -214,7 +213,6 @@ int main(int argc, char** argv) {
         else if (a == "--decode-gemm-rows") opts.decode_gemm_rows = next();
         else if (a == "--decode-gemm-f16") opts.decode_gemm_f16 = true;
         else if (a == "--decode-gemm-tiled") opts.decode_gemm_tiled = true;
-        else if (a == "--no-matvec-mma") opts.matvec_mma = false;
         else {
             std::fprintf(stderr, "loom-gpu-bench: unknown option %s\n", a.c_str());
             return 2;
@@ -239,7 +237,7 @@ int main(int argc, char** argv) {
             "[--matvec-rows N] [--tiled-prefill-attn | --gemm-prefill-attn | --gemm16-prefill-attn | "
             "--flash-prefill-attn] "
             "[--ctx N] [--prefill-list N,N,...] [--step-rows N,N,...] [--step-logprobs K] [--decode-gemm-rows N] "
-            "[--decode-gemm-f16] [--decode-gemm-tiled] [--no-matvec-mma]\n");
+            "[--decode-gemm-f16] [--decode-gemm-tiled]\n");
         return 2;
     }
     const double bw = copy_bandwidth();

@@ -78,10 +78,6 @@ struct GpuOptions {
     /// Q4_K matrices through the decode GEMM's tile kernel (weights decoded in F32 into shared
     /// memory) instead of its fragment kernel (k_qgemm_q4.cu, the default): for comparisons.
     bool decode_gemm_tiled = false;
-    /// Q4_K matrices of steps of 1-4 rows through the tensor-core matvec (kernels.hpp
-    /// MatvecArgs::q4_mma; not in HIP builds, nor with batch_invariant); false: the batched
-    /// matvec kernel, whose F32 products it replaced (for comparisons).
-    bool matvec_mma = true;
 };
 
 /// The matvec/GEMM crossover for a model whose FFN matrices have ggml type `ffn_type`: 2 rows

@@ -205,7 +205,6 @@ void launch_dequant(const DevMatrix& m, int64_t r0, int64_t n, const RowDesc* ro
 }  // namespace
 
 void matvec(const MatvecArgs& a, gpuStream_t s) {
-    if (matvec_q4_mma_takes(a)) return matvec_q4_mma(a, s);
     with_type(a.type, "matvec", [&](auto t) { matvec_nb<decltype(t)::value>(a, s); });
 }
 

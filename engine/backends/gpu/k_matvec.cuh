@@ -92,12 +92,4 @@ LOOM_DEV void store_row(const MatvecArgs& a, int s, int local, int b, float v, f
 }
 
 }  // namespace
-
-/// Whether matvec_q4_mma takes the call: a.q4_mma, Q4_K weights, 1-4 vectors, not fixed_tiling,
-/// cols a multiple of 256, x and norm_w 16-byte aligned, x_stride a multiple of 4; always false
-/// in HIP builds.
-bool matvec_q4_mma_takes(const MatvecArgs& a);
-/// The tensor-core Q4_K matvec (k_matvec_q4.cu) for a call matvec_q4_mma_takes() accepts.
-void matvec_q4_mma(const MatvecArgs& a, gpuStream_t s);
-
 }  // namespace loom::gpu

@@ -103,10 +103,6 @@ struct MatvecArgs {
     const float* rope_cs = nullptr;
     int layer = 0;
     int head_dim = 0, rope_dim = 0;
-    /// Q4_K weights and 1-4 vectors (not fixed_tiling) take the tensor-core matvec
-    /// (k_matvec_q4.cu: the nibbles decoded into mma.sync operands as exact sc * q, the
-    /// activations as F16 high and low parts, about F32's accuracy); false: the batched kernel.
-    bool q4_mma = true;
 };
 void matvec(const MatvecArgs& a, gpuStream_t s);
 

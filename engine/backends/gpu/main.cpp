@@ -61,9 +61,7 @@ const char* kUsage = LOOM_ENGINE_NAME
     "                         (default 64 in CUDA builds; 0, off, in the emulator; HIP: 0 only)\n"
     "  --decode-gemm-f16      F16 matrices through the decode GEMM too (default: cuBLAS)\n"
     "  --decode-gemm-tiled    Q4_K matrices through the decode GEMM's shared-memory tile kernel, as\n"
-    "                         the other types, instead of its fragment kernel (for comparisons)\n"
-    "  --no-matvec-mma        Q4_K matrices of 1-4 row steps through the F32 batched matvec kernel\n"
-    "                         instead of the tensor-core one (for comparisons)\n";
+    "                         the other types, instead of its fragment kernel (for comparisons)\n";
 
 bool parse_int(const std::string& s, long long max, long long& out) {
     try {
@@ -112,7 +110,6 @@ int main(int argc, char** argv) {
         {"--own-gemm", &opts.own_gemm, true},
         {"--decode-gemm-f16", &opts.decode_gemm_f16, true},
         {"--decode-gemm-tiled", &opts.decode_gemm_tiled, true},
-        {"--no-matvec-mma", &opts.matvec_mma, false},
     };
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i], v;
