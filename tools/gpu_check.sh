@@ -10,7 +10,7 @@
 # and serving); prefill times the backend's prefill (PREFILL_LIST, PREFILL_MODES) and
 # prefillcheck compares the prefill attention paths (tools/check_prefill_attn.py, PREFILLCHECK_*
 # options) on the 8B F16 model; qgemm checks the tensor-core
-# decode GEMM (loom-gpu-qgemm-test); steps times decode steps by row count (STEP_ROWS,
+# decode GEMM (loom-gpu-qgemm-test) and the matvec kernel (loom-gpu-matvec-test); steps times decode steps by row count (STEP_ROWS,
 # STEP_VARIANTS; after gen); CHECK8B_ARGS is one engine option for
 # check8b (e.g. --kv-f32). BASE_BIN=DIR (another build's binaries, e.g. main before a change)
 # adds a "base" variant to steps and, with SERVING_BASE=1, a "-base" run of every serving entry,
@@ -26,7 +26,7 @@
 # NCU_MODELS, NCU_KERNELS choose; NCU_BENCH_ARGS replaces the bench's arguments, NCU_SKIP the
 # kernels skipped first, NCU_COUNT the kernels profiled, default 8). GEN_TYPES (default "f16 q4_k_m") picks the 8B models gen makes.
 # The binaries (loom-engine-cuda, loom-engine-cpu, loom-gpu-bench, loom-gpu-sampler-test,
-# loom-gpu-qgemm-test, loom-make-model, loom-gateway) come from one of:
+# loom-gpu-qgemm-test, loom-gpu-matvec-test, loom-make-model, loom-gateway) come from one of:
 #   BIN=DIR        prebuilt, in DIR. Shared libraries they need that this machine lacks (e.g.
 #                  the ICU of the build machine, for loom-gateway) may be carried in DIR/lib,
 #                  which goes on LD_LIBRARY_PATH; a DIR/lib/*.tar.xz is unpacked there first.
@@ -51,6 +51,7 @@ if [ -n "${BUILD_DIR:-}" ]; then
   have=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | sed -n 's/^\(loom-[a-z0-9-]*\): phony$/\1/p')
   want_t=()
   for t in loom-engine-cuda loom-engine-cpu loom-make-model loom-gpu-bench loom-gpu-sampler-test loom-gpu-qgemm-test \
+    loom-gpu-matvec-test \
     loom-gateway; do
     grep -qx "$t" <<<"$have" && want_t+=("$t")
   done
@@ -135,6 +136,9 @@ main() {
     stamp "tensor-core decode GEMM vs a float64 product (tests/gpu/test_qgemm.cpp)"
     timeout 120 "$BIN/loom-gpu-qgemm-test" 2>&1 | tail -8 | tee "$OUT/qgemm.log"
     note "qgemm: $(tail -1 "$OUT/qgemm.log")"
+    # The decode matvec kernel at odd sizes (tests/gpu/test_matvec.cpp).
+    timeout 60 "$BIN/loom-gpu-matvec-test" 2>&1 | tail -8 | tee "$OUT/matvec.log"
+    note "matvec: $(tail -1 "$OUT/matvec.log")"
   fi
   if want small; then
     stamp "shared models vs references and the CPU engine (F32 KV pool)"
