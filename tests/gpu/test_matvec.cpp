@@ -18,20 +18,14 @@
 #include <vector>
 
 #include "engine/backends/gpu/kernels.hpp"
+#include "tests/gpu/device_copy.hpp"
 #include "model/quant/quant.hpp"
 
 using namespace loom;
 using namespace loom::gpu;
+using loom::gpu::test::device_copy;
 
 namespace {
-
-template <class T>
-T* device_copy(const std::vector<T>& h) {
-    void* p = nullptr;
-    LOOM_GPU_CHECK(gpuMalloc(&p, h.size() * sizeof(T) + 16));
-    LOOM_GPU_CHECK(gpuMemcpy(p, h.data(), h.size() * sizeof(T), gpuMemcpyHostToDevice));
-    return static_cast<T*>(p);
-}
 
 struct Case {
     uint32_t type;
