@@ -9,8 +9,8 @@
 # prefillcheck check8b core serving bench sass ncu (default: all but steps, prefill, prefillcheck
 # and serving); prefill times the backend's prefill (PREFILL_LIST, PREFILL_MODES) and
 # prefillcheck compares the prefill attention paths (tools/check_prefill_attn.py, PREFILLCHECK_*
-# options) on the 8B F16 model; qgemm checks the tensor-core
-# decode GEMM (loom-gpu-qgemm-test) and the matvec kernel (loom-gpu-matvec-test); steps times decode steps by row count (STEP_ROWS,
+# options) on the 8B F16 model; qgemm checks the tensor-core decode GEMM (loom-gpu-qgemm-test)
+# and the matvec kernel (loom-gpu-matvec-test); steps times decode steps by row count (STEP_ROWS,
 # STEP_VARIANTS; after gen); CHECK8B_ARGS is one engine option for
 # check8b (e.g. --kv-f32). BASE_BIN=DIR (another build's binaries, e.g. main before a change)
 # adds a "base" variant to steps and, with SERVING_BASE=1, a "-base" run of every serving entry,
