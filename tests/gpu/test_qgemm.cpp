@@ -3,7 +3,8 @@
 // odd sizes: 1, 3, 16, 17, 64, 65 and 255 activation rows; weight rows that are not a multiple
 // of the 128-row tile (7 and 130); a last column tile that is partial (Q8_0 at 96 columns, the
 // 16-bit types at 200) or whole (K-quants at 512: several K splits); F16 and F32 activations;
-// y stored or added to. Weights are random floats quantized with model/quant's quantizers and
+// y stored or added to; the Q4_K fragment kernel also with one K split over 24 and 40 blocks.
+// Weights are random floats quantized with model/quant's quantizers and
 // repacked into the device layout; the reference dequantizes the same blocks (quant.hpp) and
 // rounds weights and activations to F16 as the kernel's operands are, so that only the F32
 // summation order may differ: |gpu - ref| <= 1e-5 * sum |x w| + 1e-6. Q4_K with F16 activations
@@ -65,6 +66,7 @@ struct Case {
     int N, K, M;
     bool x16, add;
     bool tiled = false;  // Q4_K with F16 x: the tile kernel instead of the fragment kernel
+    int splits = 0;      // > 0: this many K splits instead of qgemm_splits's
 };
 
 // Runs one case; returns true when every output agrees with the reference.
@@ -110,7 +112,7 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
     dm.row_bytes = dev_row;
     dm.data = dw;
     qgemm(dm, c.x16 ? nullptr : dx, c.x16 ? dxh : nullptr, ldx, M, dy, ldy, c.add, static_cast<float*>(dpart), nullptr,
-          !c.tiled);
+          !c.tiled, c.splits);
     LOOM_GPU_CHECK(gpuDeviceSynchronize());
     std::vector<float> y(y0.size());
     LOOM_GPU_CHECK(gpuMemcpy(y.data(), dy, y.size() * sizeof(float), gpuMemcpyDeviceToHost));
@@ -184,6 +186,11 @@ int main(int argc, char** argv) {
     for (const auto& [K, M, N] :
          {std::array<int, 3>{256, 5, 130}, std::array<int, 3>{10240, 3, 7}, std::array<int, 3>{10240, 17, 130}})
         cases.push_back({kQ4_K, "q4_K", N, K, M, true, M == 3});
+    // One split (qgemm's splits argument) over all of a row's 24 or 40 blocks: the two register
+    // sets alternate many times in one block; 40 rows take the 64-row tile, its last 8-row
+    // group partial.
+    for (const auto& [K, M, N] : {std::array<int, 3>{6144, 9, 130}, std::array<int, 3>{10240, 40, 7}})
+        cases.push_back({kQ4_K, "q4_K", N, K, M, true, M == 9, false, 1});
     std::mt19937_64 rng(20261203);
     int bad = 0;
     for (const Case& c : cases) {
@@ -191,8 +198,9 @@ int main(int argc, char** argv) {
         else
             std::printf("ok %s%s N=%d K=%d M=%d x16=%d add=%d splits=%d\n", c.name,
                         c.type == kQ4_K && c.x16 ? (c.tiled ? " tiled" : " frag") : "", c.N, c.K, c.M, c.x16, c.add,
-                        c.type == kQ4_K && c.x16 && !c.tiled ? std::min(qgemm_splits(c.N, c.K, c.M), c.K / 256)
-                                                             : qgemm_splits(c.N, c.K, c.M));
+                        c.splits > 0                           ? c.splits
+                        : c.type == kQ4_K && c.x16 && !c.tiled ? std::min(qgemm_splits(c.N, c.K, c.M), c.K / 256)
+                                                               : qgemm_splits(c.N, c.K, c.M));
     }
     std::printf("qgemm: %zu cases, %d disagree\n", cases.size(), bad);
     return bad ? 1 : 0;

@@ -41,7 +41,7 @@ bool qgemm_supports(uint32_t type, int64_t cols) {
 bool qgemm_available() { return false; }
 
 void qgemm(const DevMatrix&, const float*, const uint16_t*, int64_t, int, float*, int64_t, bool, float*, gpuStream_t,
-           bool) {
+           bool, int) {
     throw GpuError("qgemm: the tensor-core decode GEMM is not built for HIP");
 }
 
@@ -209,14 +209,14 @@ void launch_qgemm(const QgArgs& a, int splits, gpuStream_t s) {
 bool qgemm_available() { return true; }
 
 void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ldx, int M, float* y, int64_t ldy,
-           bool add, float* part, gpuStream_t s, bool q4_frag) {
+           bool add, float* part, gpuStream_t s, bool q4_frag, int splits_asked) {
     if (M <= 0 || w.rows <= 0) return;
     if (!qgemm_supports(w.type, w.cols))
         throw GpuError("qgemm: weights of type " + std::to_string(w.type) + " and " + std::to_string(w.cols) +
                        " columns are not supported");
     const QgArgs a{w, x32, x16, ldx, M, y, ldy, add, part};
     const bool frag = q4_frag && q4_frag_takes(a);
-    int splits = qgemm_splits(w.rows, w.cols, M);
+    int splits = splits_asked > 0 ? splits_asked : qgemm_splits(w.rows, w.cols, M);
     if (frag) splits = std::min<int>(splits, static_cast<int>(w.cols / 256));  // its tiles are 256 columns
     if (splits > 1 && !part) throw GpuError("qgemm: split-K needs a partials buffer");
     const int nt = M <= 16 ? 2 : M <= 32 ? 4 : 8;
