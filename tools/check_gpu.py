@@ -9,7 +9,12 @@ the CPU engine; (2) a greedy run with logprobs=20 on both engines: same tokens, 
 The tolerances below hold for the F32 KV pool (--engine-arg=--kv-f32); with the engine's default
 F16 pool (K and V rounded to F16) every tolerance is at least F16_KV_TOL.
 
-Usage: check_gpu.py --engine BIN --cpu-engine BIN --models DIR --refs DIR [--only NAME ...]
+With --engine-arg=--batch-invariant --engine-arg=--kv-f32 every product runs in F32 (the
+8-vector matvec, weights decoded exactly as the CPU engine decodes them) and --cpu-tol 2e-3
+holds for every model, the quantized ones included; the default paths round weights and
+activations to F16 in their tensor-core products (about 1e-2 on the wide quantized models).
+
+Usage: check_gpu.py --engine BIN --cpu-engine BIN --models DIR --refs DIR [--only NAME ...] [--cpu-tol X]
        check_gpu.py --engine BIN --cpu-engine BIN --model8b FILE --steps 64   (random 8B models)
 """
 import argparse
@@ -33,11 +38,15 @@ MODELS = [
     ("wide/stories260K-wide-f16.gguf", "stories260K-wide-f16.json", 3e-2, 1e-2),
     ("wide/stories260K-wide-bf16.gguf", "stories260K-wide-bf16.json", 3e-2, 1e-2),
     # The quantized wide models: llama.cpp's values are 0.09-0.15 from loom-engine-cpu itself
-    # (its 8-bit activations), so here too only vs cpu is a close check.
-    ("wide/stories260K-wide-q8_0.gguf", "stories260K-wide-q8_0.json", 2e-1, 1e-2),
-    ("wide/stories260K-wide-q4_k.gguf", "stories260K-wide-q4_k.json", 2e-1, 1e-2),
-    ("wide/stories260K-wide-q6_k.gguf", "stories260K-wide-q6_k.json", 2e-1, 1e-2),
-    ("wide/stories260K-wide-q4_k_m.gguf", "stories260K-wide-q4_k_m.json", 2e-1, 1e-2),
+    # (its 8-bit activations), so here too only vs cpu is a close check. Their prompts run
+    # through the tensor-core decode GEMM, whose F16 operands (each weight rounded to F16) put
+    # them 1.1e-2 (Q8_0, Q6_K) to 3.0e-2 (Q4_K) from the CPU engine on an H100 (2026-12-05), where
+    # a wrong block layout or scale is 0.1 or more; --cpu-tol 2e-3 with F32 products (--batch-
+    # invariant --kv-f32) is the close check (gpu_check.sh exact: 1.5e-5).
+    ("wide/stories260K-wide-q8_0.gguf", "stories260K-wide-q8_0.json", 2e-1, 4e-2),
+    ("wide/stories260K-wide-q4_k.gguf", "stories260K-wide-q4_k.json", 2e-1, 4e-2),
+    ("wide/stories260K-wide-q6_k.gguf", "stories260K-wide-q6_k.json", 2e-1, 4e-2),
+    ("wide/stories260K-wide-q4_k_m.gguf", "stories260K-wide-q4_k_m.json", 2e-1, 4e-2),
 ]
 REFUSED = [("TinyStories-656K-Q3_K_M.gguf", "iq4_nl")]
 # Tolerance floor with the F16 KV pool: the emulator's F16 pool on stories260K differs from the
@@ -209,6 +218,8 @@ def main():
     ap.add_argument("--engine-arg", action="append", default=[])
     ap.add_argument("--model8b")
     ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--cpu-tol", type=float, help="one bound against the CPU engine for every model (e.g. 2e-3 "
+                    "with --engine-arg=--batch-invariant --engine-arg=--kv-f32, whose products are all F32)")
     args = ap.parse_args()
     if args.model8b:
         sys.exit(0 if check_8b(args) else 1)
@@ -218,6 +229,8 @@ def main():
     for rel, ref, tr, tc in MODELS:
         if args.only and not any(o in rel for o in args.only):
             continue
+        if args.cpu_tol:
+            tc = args.cpu_tol
         if f16_kv:
             tr, tc = max(tr, F16_KV_TOL), max(tc, F16_KV_TOL)
         try:

@@ -5,7 +5,7 @@
 # them, and the benchmarks (tools/bench_gpu.py). Logs go to $OUT (or ./gpu-out) as it runs, and a
 # summary is printed last.
 #
-# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler qgemm small small16 gen steps prefill
+# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler qgemm small small16 exact gen steps prefill
 # prefillcheck check8b core serving bench sass ncu (default: all but steps, prefill, prefillcheck
 # and serving); prefill times the backend's prefill (PREFILL_LIST, PREFILL_MODES) and
 # prefillcheck compares the prefill attention paths (tools/check_prefill_attn.py, PREFILLCHECK_*
@@ -19,7 +19,8 @@
 # tools/bench_serving.py at the engine protocol (SERVING_RUNS, SERVING_OPTS), and with
 # SERVING_GATEWAY=1 also through loom-gateway (same engine, streamed HTTP). small checks the
 # F32 KV pool (--kv-f32) against the tolerances of the CPU engine, small16 the default F16
-# pool against its own. bench also times the variants in $BENCH_VARIANTS (bench_gpu.py
+# pool against its own, exact every product in F32 (--batch-invariant --kv-f32) against the
+# CPU engine at 2e-3 for every model, the quantized ones included. bench also times the variants in $BENCH_VARIANTS (bench_gpu.py
 # --variant NAME:ARGS: the F32 pool and --batch-invariant by default); BENCH_SKIP_GATEWAY=1
 # leaves out the gateway figures. sass writes the single-row matvec kernels' machine code and
 # opcode counts; ncu profiles a few decode matvecs (Nsight Compute, clocks left alone;
@@ -89,7 +90,7 @@ if [ -d "$BIN/lib" ]; then
 fi
 export PYTHONUNBUFFERED=1
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler qgemm small small16 gen check8b core bench sass ncu)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler qgemm small small16 exact gen check8b core bench sass ncu)
 BENCH_VARIANTS=${BENCH_VARIANTS:-"kvf32:--kv-f32 invariant:--batch-invariant"}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
@@ -153,6 +154,14 @@ main() {
       --cpu-engine "$BIN/loom-engine-cpu" --models "$DATA/models" --refs "$DATA/reference" 2>&1 | tee "$OUT/small16.log"
     note "small models, F16 KV:"
     sed -n '/^model /,$p' "$OUT/small16.log" >>"$SUMMARY"
+  fi
+  if want exact; then
+    stamp "shared models vs the CPU engine with every product in F32 (--batch-invariant --kv-f32), 2e-3"
+    timeout 300 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" --engine-arg=--batch-invariant \
+      --engine-arg=--kv-f32 --cpu-tol 2e-3 --cpu-engine "$BIN/loom-engine-cpu" --models "$DATA/models" \
+      --refs "$DATA/reference" 2>&1 | tee "$OUT/exact.log"
+    note "small models, F32 products and KV (--batch-invariant --kv-f32):"
+    sed -n '/^model /,$p' "$OUT/exact.log" >>"$SUMMARY"
   fi
   if want gen; then
     stamp "random Llama-3-8B models into $SHM"
