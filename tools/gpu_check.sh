@@ -141,28 +141,20 @@ main() {
     timeout 60 "$BIN/loom-gpu-matvec-test" 2>&1 | tail -8 | tee "$OUT/matvec.log"
     note "matvec: $(tail -1 "$OUT/matvec.log")"
   fi
-  if want small; then
-    stamp "shared models vs references and the CPU engine (F32 KV pool)"
-    timeout 300 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" --engine-arg=--kv-f32 \
-      --cpu-engine "$BIN/loom-engine-cpu" --models "$DATA/models" --refs "$DATA/reference" 2>&1 | tee "$OUT/small.log"
-    note "small models, F32 KV:"
-    sed -n '/^model /,$p' "$OUT/small.log" >>"$SUMMARY"
-  fi
-  if want small16; then
-    stamp "shared models vs references and the CPU engine (F16 KV pool, the default)"
-    timeout 300 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" \
-      --cpu-engine "$BIN/loom-engine-cpu" --models "$DATA/models" --refs "$DATA/reference" 2>&1 | tee "$OUT/small16.log"
-    note "small models, F16 KV:"
-    sed -n '/^model /,$p' "$OUT/small16.log" >>"$SUMMARY"
-  fi
-  if want exact; then
-    stamp "shared models vs the CPU engine with every product in F32 (--batch-invariant --kv-f32), 2e-3"
-    timeout 300 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" --engine-arg=--batch-invariant \
-      --engine-arg=--kv-f32 --cpu-tol 2e-3 --cpu-engine "$BIN/loom-engine-cpu" --models "$DATA/models" \
-      --refs "$DATA/reference" 2>&1 | tee "$OUT/exact.log"
-    note "small models, F32 products and KV (--batch-invariant --kv-f32):"
-    sed -n '/^model /,$p' "$OUT/exact.log" >>"$SUMMARY"
-  fi
+  for st in small small16 exact; do
+    want $st || continue
+    case $st in  # title, summary heading, check_gpu.py options
+      small) t="F32 KV pool" h="F32 KV" o=(--engine-arg=--kv-f32) ;;
+      small16) t="F16 KV pool, the default" h="F16 KV" o=() ;;
+      exact) t="every product in F32 (--batch-invariant --kv-f32), 2e-3" h="F32 products and KV"
+        o=(--engine-arg=--batch-invariant --engine-arg=--kv-f32 --cpu-tol 2e-3) ;;
+    esac
+    stamp "shared models vs references and the CPU engine ($t)"
+    timeout 300 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" "${o[@]}" \
+      --cpu-engine "$BIN/loom-engine-cpu" --models "$DATA/models" --refs "$DATA/reference" 2>&1 | tee "$OUT/$st.log"
+    note "small models, $h:"
+    sed -n '/^model /,$p' "$OUT/$st.log" >>"$SUMMARY"
+  done
   if want gen; then
     stamp "random Llama-3-8B models into $SHM"
     for t in ${GEN_TYPES:-f16 q4_k_m}; do
