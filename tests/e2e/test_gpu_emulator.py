@@ -2,7 +2,8 @@
 on x86-64), against loom-engine-cpu over the protocol: same greedy tokens, and logprobs within
 2e-3 on the F32 model with the F32 KV pool (issue 5's bound), within 5e-2 with the default F16
 pool (K and V rounded to F16), and 2e-2 on the quantized models (their prefill GEMMs take F16
-operands), 2e-3 on those too with every product in F32 (--batch-invariant --kv-f32). Then engine core v2 (issue 10) on the GPU path: a request run alone, with its prompt
+operands), 2e-3 on those too with every product in F32 (--batch-invariant --kv-f32). Then
+engine core v2 (issue 10) on the GPU path: a request run alone, with its prompt
 chunked among concurrent requests, and with its prefix from the KV cache gives the same lines,
 bitwise with --batch-invariant, and the same tokens with logprobs within 2e-3 without it.
 

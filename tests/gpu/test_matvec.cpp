@@ -1,8 +1,8 @@
 // loom-gpu-matvec-test: the decode matvec (kernels.hpp matvec, k_matvec.cu's batched kernel)
 // against a float64 product on the host, for F16, BF16, Q8_0, Q4_K and Q6_K weights at odd
 // sizes: 1-4 activation vectors (the 1-, 2- and 4-vector instantiations), and 3 through the
-// fixed 8-vector tiling (fixed_tiling); weight rows that are not a multiple of the kernel's rows a block (7, 130, 255);
-// rows of one to 17 blocks, and 16-bit rows of 200 columns (a partial last chunk); plain stores,
+// fixed 8-vector tiling (fixed_tiling); weight rows that are not a multiple of the kernel's rows
+// a block (7, 130, 255); rows of one to 17 blocks, and 16-bit rows of 200 columns (a partial last chunk); plain stores,
 // residual adds, the fused RMSNorm, and SwiGLU over two segments; activations of ordinary size,
 // tiny (1e-7) and large (3e3). Weights are random floats quantized with model/quant's quantizers
 // and repacked into the device layout; the reference dequantizes the same rows exactly
