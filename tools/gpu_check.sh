@@ -316,7 +316,7 @@ for n, c in counts.items():
           --section InstructionStats -f -o "$OUT/ncu-$t" \
           "$BIN/loom-gpu-bench" --model "$SHM/llama3-8b-$t.gguf" ${NCU_BENCH_ARGS:---decode-only --prompt 64 --gen 2} >"$OUT/ncu-$t.run.log" 2>&1
         timeout 30 ncu -i "$OUT/ncu-$t.ncu-rep" --page details >"$OUT/ncu-$t.txt" 2>&1
-        grep -E "matvec_kernel|attn_|flash_|qgemm|Duration|DRAM Throughput|Issued Warp|No Eligible|Achieved Occupancy|Executed Instructions  |SM Busy|Compute \(SM\)" \
+        grep -E "matvec1?_kernel|rmsnorm|attn_|flash_|qgemm|Duration|DRAM Throughput|Issued Warp|No Eligible|Achieved Occupancy|Executed Instructions  |SM Busy|Compute \(SM\)" \
           "$OUT/ncu-$t.txt" | head -120
       done
     fi

@@ -163,7 +163,8 @@ class GpuEmulator(unittest.TestCase):
     def test_long_rows_every_decode_path(self):
         # Rows of several chunks per thread and several row groups per block (ffn_down has 4352
         # columns), which no shared model has: the default matvec path, the fixed 8-vector tiling
-        # (--batch-invariant), RoPE outside the QKV matvec, and the tensor-core decode GEMM for
+        # (--batch-invariant), RoPE outside the QKV matvec, the single-vector kernel for the
+        # quantized rows (--matvec-single; F16 runs its default), and the tensor-core decode GEMM for
         # the 5-token prompt, against the CPU engine. The GEMM rounds weights and activations to
         # F16, as the cuBLAS path does on CUDA: 2.1e-3 (F16) and 3.4e-3 (Q4_K_M) here, so 5e-3.
         cases = [{"prompt_ids": [1, 5, 9, 22, 301], "steps": [0] * 4}]
@@ -175,7 +176,9 @@ class GpuEmulator(unittest.TestCase):
                            "--vocab", "1000", "--type", t, "--seed", "7")
                 want = generate(CPU, model, cases)["c0"]
                 tc = ["--decode-gemm-rows", "64", "--matvec-rows", "1", "--decode-gemm-f16"]
-                for extra in ([[], tc] if SANITIZED else [[], ["--batch-invariant"], ["--no-fuse-rope"], tc]):
+                single = ["--matvec-single"]  # Q4_K and Q6_K rows, RMSNorm and RoPE fused
+                for extra in ([[], single, tc] if SANITIZED else
+                              [[], ["--batch-invariant"], ["--no-fuse-rope"], single, tc]):
                     with self.subTest(type=t, args=extra):
                         got = generate(EMU, model, cases, ["--kv-f32", *extra])["c0"]
                         self.assertEqual([s[0] for s in got], [s[0] for s in want])

@@ -1,7 +1,8 @@
 // loom-gpu-matvec-test: the decode matvec (kernels.hpp matvec, k_matvec.cu's batched kernel)
 // against a float64 product on the host, for F16, BF16, Q8_0, Q4_K and Q6_K weights at odd
-// sizes: 1-4 activation vectors (the 1-, 2- and 4-vector instantiations), and 3 through the
-// fixed 8-vector tiling (fixed_tiling); weight rows that are not a multiple of the kernel's rows
+// sizes: 1-4 activation vectors (the 1-, 2- and 4-vector instantiations; one quantized vector
+// through the single-vector kernel, k_matvec1.cu, and through the batched one), and 3 through
+// the fixed 8-vector tiling (fixed_tiling); weight rows that are not a multiple of the kernel's rows
 // a block (7, 130, 255); rows of one to 17 blocks, and 16-bit rows of 200 columns (a partial last chunk); plain stores,
 // residual adds, the fused RMSNorm, and SwiGLU over two segments; activations of ordinary size,
 // tiny (1e-7) and large (3e3). Weights are random floats quantized with model/quant's quantizers
@@ -36,8 +37,10 @@ struct Case {
     float xscale;
 };
 
-// One case (fixed: the 8-vector tiling whatever nb); true when every output agrees with the reference.
-bool run_case(const Case& c, bool fixed, std::mt19937_64& rng) {
+// One case (fixed: the 8-vector tiling whatever nb; single: one vector of quantized weights
+// through the single-vector kernel, k_matvec1.cu); true when every output agrees with the
+// reference.
+bool run_case(const Case& c, bool fixed, bool single, std::mt19937_64& rng) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int N = c.N, K = c.K, nb = c.nb, nseg = c.mode == MvMode::SwiGLU ? 2 : 1;
     const size_t gg_row = model::row_bytes(c.type, K), dev_row = device_row_bytes(c.type, K);
@@ -78,6 +81,7 @@ bool run_case(const Case& c, bool fixed, std::mt19937_64& rng) {
     a.norm_w = c.norm ? dnw : nullptr;
     a.norm_eps = 1e-5f;
     a.fixed_tiling = fixed;
+    a.single = single;
     matvec(a, nullptr);
     LOOM_GPU_CHECK(gpuDeviceSynchronize());
     std::vector<float> y(y0.size());
@@ -114,9 +118,10 @@ bool run_case(const Case& c, bool fixed, std::mt19937_64& rng) {
             const bool ok = n < N ? std::fabs(got - ref) <= 2e-6 * mag + 1e-6 * std::fabs(ref) + 1e-30 : got == y0[i];
             if (!ok) {
                 std::printf(
-                    "FAIL %s%s N=%d K=%d nb=%d %s norm=%d xscale=%g: y[%d][%d] = %.8g, reference %.8g (sum |xw| "
-                    "%.4g)\n",
-                    c.name, fixed ? " fixed" : "", N, K, nb, mode, c.norm ? 1 : 0, c.xscale, b, n, got, ref, mag);
+                    "FAIL %s%s%s N=%d K=%d nb=%d %s norm=%d xscale=%g: y[%d][%d] = %.8g, reference %.8g (sum "
+                    "|xw| %.4g)\n",
+                    c.name, fixed ? " fixed" : "", single ? " single" : "", N, K, nb, mode, c.norm ? 1 : 0, c.xscale, b,
+                    n, got, ref, mag);
                 return false;
             }
         }
@@ -151,10 +156,13 @@ int main() {
     std::mt19937_64 rng(20261205);
     int bad = 0, n = 0;
     for (const Case& c : cases)
-        for (bool fixed : {false, true}) {
+        for (int v = 0; v < 3; ++v) {
+            const bool fixed = v == 1, single = v == 2;
             if (fixed && c.nb != 3) continue;  // the 8-vector tiling with 3 of its 8 used
+            // One quantized vector: the batched kernel (v = 0) and the single-vector one.
+            if (single && (c.nb != 1 || (c.type != kQ4_K && c.type != kQ6_K && c.type != kQ8_0))) continue;
             ++n;
-            if (!run_case(c, fixed, rng)) ++bad;
+            if (!run_case(c, fixed, single, rng)) ++bad;
         }
     std::printf("matvec: %d cases, %d disagree\n", n, bad);
     return bad ? 1 : 0;

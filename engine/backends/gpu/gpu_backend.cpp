@@ -94,12 +94,16 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     gemm_ = std::make_unique<Gemm>(stream_, opts.own_gemm);
     f16_in_ = gemm_->wants_f16_input();
     // RMSNorm fused into single-row matvecs when every matrix that reads a normalised input (Q, K,
-    // V, gate, up, output) has a plain type: it pays there, and costs more than it saves for the
-    // quantized kernels (docs/benchmarks.md).
-    auto plain = [](const DevMatrix& m) { return m.type == kF16 || m.type == kBF16 || m.type == kF32; };
-    fuse_norm_ = plain(dm_->output);
+    // V, gate, up, output) has a plain type, or with --matvec-single a quantized one the
+    // single-vector kernel takes (it stages the activations once a block); the batched kernel's
+    // per-block norm costs more than it saves on quantized rows (docs/benchmarks.md).
+    auto fusable = [&](const DevMatrix& m) {
+        const bool single = m.type == kQ4_K || m.type == kQ6_K || m.type == kQ8_0;
+        return m.type == kF16 || m.type == kBF16 || m.type == kF32 || (single && opts.matvec_single);
+    };
+    fuse_norm_ = fusable(dm_->output);
     for (const auto& L : dm_->layers)
-        for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up}) fuse_norm_ = fuse_norm_ && plain(*m);
+        for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up}) fuse_norm_ = fuse_norm_ && fusable(*m);
 
     d_ = hp.n_embd;
     nq_ = int64_t{hp.n_head} * hp.head_dim;

@@ -78,6 +78,10 @@ struct GpuOptions {
     /// Q4_K matrices through the decode GEMM's tile kernel (weights decoded in F32 into shared
     /// memory) instead of its fragment kernel (k_qgemm_q4.cu, the default): for comparisons.
     bool decode_gemm_tiled = false;
+    /// Single-row steps of Q4_K, Q6_K and Q8_0 matrices through the single-vector kernel
+    /// (k_matvec1.cu, MatvecArgs::single), which fuses RMSNorm, instead of the batched matvec
+    /// kernel after a separate RMSNorm. Off by default until it is timed on a GPU.
+    bool matvec_single = false;
 };
 
 /// The matvec/GEMM crossover for a model whose FFN matrices have ggml type `ffn_type`: 2 rows

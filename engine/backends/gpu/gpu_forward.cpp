@@ -66,6 +66,7 @@ void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat
             a.norm_w = norm_w;
             a.norm_eps = w_.hp.rms_eps;
             a.fixed_tiling = opts_.batch_invariant;
+            a.single = opts_.matvec_single;
             matvec_rows(a, rows, stream_);
             i = j;
         }
@@ -111,6 +112,7 @@ void GpuBackend::ffn(const DevLayer& L, int rows, bool fuse) {
         a.y_stride = ld_ff_;
         a.mode = MvMode::SwiGLU;
         a.fixed_tiling = opts_.batch_invariant;
+        a.single = opts_.matvec_single;
         matvec_rows(a, rows, stream_);
     } else {
         // One product over gate | up where they are one matrix (DevLayer::gate_up; GEMM path).

@@ -428,5 +428,42 @@ LOOM_DEV float q4_dot1(const Chunk<kQ4_K>::Raw& r, const float* xv, const float*
     return fmaf(t0, q0 * 16.0f, fmaf(t1, q1, -nmin));
 }
 
+// Q6_K chunk dot product by the same denormal trick (the single-vector kernel, k_matvec1.cu).
+// xv are chunk c's activations times 2^64 (run 0, then run 1), sx the runs' sums (unscaled).
+// Each word's 6-bit quants are assembled by one bit select of the low nibbles (ql) and the
+// qh bits shifted to bits 4-5 (bits 6-7 of a byte then hold other bits, which the per-element
+// masks drop); an element masked in place at bit 0 or 8 of the word (or of its upper half) is
+// the float q * 2^(k - 149), exact, so sum q x' is accumulated by one LOP3 and one FFMA a
+// weight, and sum (q - 32) x = sum q x - 32 sum x per run with d times the run's int8 scale.
+LOOM_DEV float q6_dot1(const Chunk<kQ6_K>::Raw& r, int c, const float* xv, const float* sx) {
+    const int kk = ((c & 7) >> 1) & 1;
+    const uint32_t wl[4] = {r.ql.x, r.ql.y, r.ql.z, r.ql.w};
+    const uint32_t wh[4] = {r.qh.x, r.qh.y, r.qh.z, r.qh.w};
+    float a0 = 0.0f, a8 = 0.0f, b0 = 0.0f, b8 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        // Run 0: qh bits 2kk, 2kk + 1 of each byte to bits 4-5; run 1: bits 2kk + 4, 2kk + 5.
+        const uint32_t h0 = kk ? wh[i] << 2 : wh[i] << 4, h1 = kk ? wh[i] >> 2 : wh[i];
+        const uint32_t q0 = (wl[i] & 0x0F0F0F0Fu) | (h0 & 0xF0F0F0F0u);
+        const uint32_t q1 = ((wl[i] >> 4) & 0x0F0F0F0Fu) | (h1 & 0xF0F0F0F0u);
+        const uint32_t u0 = q0 >> 16, u1 = q1 >> 16;
+        a0 = fmaf(__uint_as_float(q0 & 0x3Fu), xv[4 * i + 0], a0);
+        a8 = fmaf(__uint_as_float(q0 & 0x3F00u), xv[4 * i + 1], a8);
+        a0 = fmaf(__uint_as_float(u0 & 0x3Fu), xv[4 * i + 2], a0);
+        a8 = fmaf(__uint_as_float(u0 & 0x3F00u), xv[4 * i + 3], a8);
+        b0 = fmaf(__uint_as_float(q1 & 0x3Fu), xv[16 + 4 * i + 0], b0);
+        b8 = fmaf(__uint_as_float(q1 & 0x3F00u), xv[16 + 4 * i + 1], b8);
+        b0 = fmaf(__uint_as_float(u1 & 0x3Fu), xv[16 + 4 * i + 2], b0);
+        b8 = fmaf(__uint_as_float(u1 & 0x3F00u), xv[16 + 4 * i + 3], b8);
+    }
+    // With x' = x * 2^64: s0, s1 = sum over the run of q x * 2^-77.
+    const float s0 = fmaf(a0, 256.0f, a8), s1 = fmaf(b0, 256.0f, b8);
+    float dl0, dl1;
+    int sh0, sh1;
+    Chunk<kQ6_K>::run_scales(r, c, dl0, dl1, sh0, sh1);
+    const float off = fmaf(dl0 * 32.0f, sx[0], dl1 * 32.0f * sx[1]);
+    return fmaf(dl0 * 0x1p77f, s0, fmaf(dl1 * 0x1p77f, s1, -off));
+}
+
 }  // namespace
 }  // namespace loom::gpu

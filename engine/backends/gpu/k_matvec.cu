@@ -205,6 +205,7 @@ void launch_dequant(const DevMatrix& m, int64_t r0, int64_t n, const RowDesc* ro
 }  // namespace
 
 void matvec(const MatvecArgs& a, gpuStream_t s) {
+    if (matvec1_takes(a)) return matvec1(a, s);
     with_type(a.type, "matvec", [&](auto t) { matvec_nb<decltype(t)::value>(a, s); });
 }
 

@@ -73,8 +73,9 @@ struct MvSeg {
 
 /// y_b = W x_b for b < nb (nb <= 8) over up to three matrices of one type and column count
 /// (the fused Q/K/V projection, or gate+up). Weights are read once for all nb vectors and
-/// dequantized in registers; sums are F32, and a row's sum is computed in the same order for
-/// every nb (each vector's accumulation is independent of the others).
+/// dequantized in registers; sums are F32. In the batched kernel (k_matvec.cu) a row's sum is
+/// computed in the same order for every nb (each vector's accumulation is independent of the
+/// others); with `single`, one quantized vector takes the single-vector kernel (k_matvec1.cu).
 struct MatvecArgs {
     uint32_t type = kF16;
     int32_t cols = 0;
@@ -94,6 +95,10 @@ struct MatvecArgs {
     /// Always run the 8-vector instantiation of the kernel, whatever nb (batch invariance: the
     /// same machine code computes a row for every batch size).
     bool fixed_tiling = false;
+    /// One vector (nb == 1) of Q4_K, Q6_K or Q8_0 weights through the single-vector kernel
+    /// (k_matvec1.cu) instead of the batched one, unless fixed_tiling (the engine's
+    /// --matvec-single; not yet timed on a GPU, so off by default).
+    bool single = false;
     /// What the epilogue does with each segment's rows instead of a plain store: 0 store, 1
     /// rotate by RoPE (adjacent pairs) and store (q), 2 rotate and write to the K cache, 3 write
     /// to the V cache, at rows[b]'s position through its block table (as rope_store does).
@@ -105,6 +110,12 @@ struct MatvecArgs {
     int head_dim = 0, rope_dim = 0;
 };
 void matvec(const MatvecArgs& a, gpuStream_t s);
+
+/// Whether matvec() runs `a` on the single-vector kernel (k_matvec1.cu): `single` set, nb == 1,
+/// Q4_K, Q6_K or Q8_0 weights, not fixed_tiling.
+bool matvec1_takes(const MatvecArgs& a);
+/// The single-vector kernel for a matvec1_takes() launch; throws GpuError for another type.
+void matvec1(const MatvecArgs& a, gpuStream_t s);
 
 /// Dequantizes rows [row0, row0 + n) of m into F16 rows of `dst` (leading dimension dst_ld
 /// halves), for the GEMM path.

@@ -64,7 +64,10 @@ const char* kUsage = LOOM_ENGINE_NAME
     "                         (default 64 in CUDA builds; 0, off, in the emulator; HIP: 0 only)\n"
     "  --decode-gemm-f16      F16 matrices through the decode GEMM too (default: cuBLAS)\n"
     "  --decode-gemm-tiled    Q4_K matrices through the decode GEMM's shared-memory tile kernel, as\n"
-    "                         the other types, instead of its fragment kernel (for comparisons)\n";
+    "                         the other types, instead of its fragment kernel (for comparisons)\n"
+    "  --matvec-single        single-row steps of Q4_K, Q6_K and Q8_0 matrices through the\n"
+    "                         single-vector matvec kernel, which fuses RMSNorm, instead of the\n"
+    "                         batched kernel after a separate RMSNorm (not yet timed on a GPU)\n";
 
 bool parse_int(const std::string& s, long long max, long long& out) {
     try {
@@ -113,6 +116,7 @@ int main(int argc, char** argv) {
         {"--own-gemm", &opts.own_gemm, true},
         {"--decode-gemm-f16", &opts.decode_gemm_f16, true},
         {"--decode-gemm-tiled", &opts.decode_gemm_tiled, true},
+        {"--matvec-single", &opts.matvec_single, true},
     };
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i], v;

@@ -1,0 +1,252 @@
+// The single-vector decode matvec for quantized weights (Q4_K, Q6_K, Q8_0): kernels.hpp
+// matvec() takes it for one activation vector (nb == 1) when MatvecArgs::single is set (the
+// engine's --matvec-single) and fixed_tiling is not.
+//
+// Against the batched kernel (k_matvec.cu), which a warp runs for one chunk of 8 rows and then
+// reduces through shared memory, this kernel stages the activations once a block and lets each
+// warp stream whole rows:
+//  - The block (8 warps) stages x in shared memory, normalised by RMSNorm when norm_w is set
+//    (so quantized models fuse the norm as plain ones do), times 2^64 for the K-quants'
+//    denormal dot products (k_dot.cuh q4_dot1, q6_dot1), with each 16-element run's sum beside
+//    it.
+//    The staged layout pads 4 floats after every 32 (and every 64) elements, so that the eight
+//    lanes of a 16-byte shared load phase, which read the runs of eight chunks of a block, hit
+//    eight distinct groups of four banks in each of the three chunk orders (checked by
+//    enumerating the lanes' addresses).
+//  - Each warp owns RW rows (RW / 2 outputs in SwiGLU mode); lane l takes chunks l, l + 32, ...
+//    of every row, with the next chunk's loads issued before the current chunk's products, and
+//    the rows' sums are reduced by warp shuffles alone: no barrier after the staging.
+//  - The epilogue (store, residual add, SwiGLU, RoPE and the paged K/V store) is the batched
+//    kernel's (k_matvec.cuh store_row).
+//
+// Sources: the GGUF block layouts (ggml-common.h; k_dot.cuh's codecs); CUDA C++ Programming
+// Guide, "Shared Memory" (bank conflicts of 128-bit accesses, served a quarter warp at a time)
+// and "Warp Shuffle Functions"; RMSNorm (Zhang and Sennrich 2019) as rmsnorm() computes it.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "engine/backends/gpu/k_common.cuh"
+#include "engine/backends/gpu/k_dot.cuh"
+#include "engine/backends/gpu/k_matvec.cuh"
+
+namespace loom::gpu {
+namespace {
+
+constexpr int kM1Threads = 256;
+constexpr int kM1Warps = kM1Threads / kWarp;
+
+// Staged position of activation e: 4 floats of padding after every 32 elements, and for the
+// K-quants after every 64 as well (see the header).
+template <uint32_t T>
+LOOM_HD int xpad(int e) {
+    return e + 4 * ((e >> 5) + (T == kQ8_0 ? 0 : (e >> 6)));
+}
+
+// Floats of staged activations for K columns (whole 32-element runs), then Q4_K's run sums.
+template <uint32_t T>
+LOOM_HD int staged_floats(int K) {
+    return xpad<T>(K) + 4;
+}
+
+// Index 2 c + run of the 16-element run that starts at row element e (a multiple of 16) in
+// the chunk order of T (Chunk<T>::run_start inverted). Q4_K: sub-block sb = (e % 256) / 32 is
+// run sb % 2 of chunk pair sb / 2, and the half of the sub-block picks the chunk of the pair.
+// Q6_K: element 128 n + 64 run + 32 kk + 16 h of a block is run `run` of chunk 4 n + 2 kk + h.
+template <uint32_t T>
+LOOM_DEV int run_slot(int e) {
+    const int o = e & 255, b = e >> 8;
+    if constexpr (T == kQ4_K) {
+        const int q = o >> 4, sb = q >> 1;
+        return 2 * (8 * b + 2 * (sb >> 1) + (q & 1)) + (sb & 1);
+    } else {
+        const int n = o >> 7, run = (o >> 6) & 1, kk = (o >> 5) & 1, h = (o >> 4) & 1;
+        return 2 * (8 * b + 4 * n + 2 * kk + h) + run;
+    }
+}
+
+/// Block b, warp w: RW weight rows (SwiGLU: RW / 2 outputs, gate rows then up rows); MB blocks
+/// an SM asked of the register allocator.
+template <uint32_t T, int RW, int MB>
+__global__ void __launch_bounds__(kM1Threads, MB) matvec1_kernel(MatvecArgs a) {
+    using C = Chunk<T>;
+    constexpr bool kQ4 = T == kQ4_K;
+    constexpr bool kDenorm = kQ4 || T == kQ6_K;  // q4_dot1 / q6_dot1: x times 2^64, run sums
+    static_assert(RW % 2 == 0, "rows come in RoPE / SwiGLU pairs");
+    LOOM_DYN_SMEM(float, sx);  // [staged_floats(K)] activations, then (kDenorm) [2 nch] run sums
+    __shared__ double s_red[kM1Warps];
+    const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
+    const int K = a.cols, n4 = K / 4, nch = C::count(K);
+    float* csum = sx + staged_floats<T>(K);
+
+    // 1. Stage x (times the RMSNorm scale and weights, and 2^64 for the K-quants) and run sums.
+    float scale = 1.0f;
+    if (a.norm_w) {
+        double ss = 0.0;
+        for (int i = tid; i < n4; i += kM1Threads) {
+            const float4 f = reinterpret_cast<const float4*>(a.x)[i];
+            ss += static_cast<double>(f.x) * f.x + static_cast<double>(f.y) * f.y + static_cast<double>(f.z) * f.z +
+                  static_cast<double>(f.w) * f.w;
+        }
+        const double t = block_sum(ss, s_red);
+        scale = static_cast<float>(1.0 / sqrt(t / K + static_cast<double>(a.norm_eps)));
+    }
+    // K-quants: K is a multiple of 256, so every warp runs whole iterations (the sums shuffle).
+    for (int i = tid; i < n4; i += kM1Threads) {
+        float4 f = reinterpret_cast<const float4*>(a.x)[i];
+        if (a.norm_w) {
+            const float4 g = reinterpret_cast<const float4*>(a.norm_w)[i];
+            f.x = f.x * scale * g.x, f.y = f.y * scale * g.y, f.z = f.z * scale * g.z, f.w = f.w * scale * g.w;
+        }
+        if constexpr (kDenorm) {
+            float s = (f.x + f.y) + (f.z + f.w);
+            s += shfl_xor(s, 1);
+            s += shfl_xor(s, 2);
+            if ((i & 3) == 0) csum[run_slot<T>(4 * i)] = s;
+            constexpr float k64 = 0x1p64f;  // exact
+            f.x *= k64, f.y *= k64, f.z *= k64, f.w *= k64;
+        }
+        *reinterpret_cast<float4*>(sx + xpad<T>(4 * i)) = f;
+    }
+    __syncthreads();
+
+    // 2. This warp's rows.
+    const bool swiglu = a.mode == MvMode::SwiGLU;
+    const int per_warp = swiglu ? RW / 2 : RW;
+    const int total = matvec_units(a);
+    const int u0 = (static_cast<int>(blockIdx.x) * kM1Warps + warp) * per_warp;
+    if (u0 >= total) return;  // no barrier follows
+    const uint8_t* wr[RW];
+    int seg[RW], loc[RW];
+#pragma unroll
+    for (int r = 0; r < RW; ++r) {
+        if (swiglu) {
+            loc[r] = u0 + r % (RW / 2);
+            seg[r] = r < RW / 2 ? 0 : 1;
+        } else {
+            seg[r] = seg_of(a, u0 + r, loc[r]);
+        }
+        const bool valid = (swiglu ? loc[r] : u0 + r) < total;
+        wr[r] = valid ? seg_w(a, seg[r]) + static_cast<size_t>(loc[r]) * a.row_bytes : a.seg[0].w;
+    }
+
+    float acc[RW];
+#pragma unroll
+    for (int r = 0; r < RW; ++r) acc[r] = 0.0f;
+    Q4Sel q4s{};
+    if constexpr (kQ4) q4s = q4_sel((lane & 7) >> 1);  // c % 8 == lane % 8 for every chunk c of the lane
+    using Raw = typename C::Raw;
+    auto load = [&](Raw(&raw)[RW], int c) {
+#pragma unroll
+        for (int r = 0; r < RW; ++r) C::load(wr[r], c, K, raw[r]);
+    };
+    auto products = [&](const Raw(&raw)[RW], int c) {
+        float xv[C::kElems], sums[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int run = 0; run < C::kRuns; ++run) {
+            const float* p = sx + xpad<T>(C::run_start(c, run));
+#pragma unroll
+            for (int i = 0; i < C::kRunLen; i += 4) {
+                const float4 f = *reinterpret_cast<const float4*>(p + i);
+                float* o = xv + run * C::kRunLen + i;
+                o[0] = f.x, o[1] = f.y, o[2] = f.z, o[3] = f.w;
+            }
+        }
+        if constexpr (kDenorm) {
+            const float2 s2 = *reinterpret_cast<const float2*>(csum + 2 * c);
+            sums[0] = s2.x, sums[1] = s2.y;
+        }
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+            if constexpr (kQ4) acc[r] += q4_dot1(raw[r], xv, sums, q4s);
+            else if constexpr (T == kQ6_K) acc[r] += q6_dot1(raw[r], c, xv, sums);
+            else acc[r] += C::dot(raw[r], c, xv, sums);
+        }
+    };
+    Raw ra[RW], rb[RW];
+    int c = lane;
+    if (c < nch) load(ra, c);
+    for (; c < nch; c += 2 * kWarp) {  // two register sets, alternating without copies
+        const int c1 = c + kWarp;
+        if (c1 < nch) load(rb, c1);
+        products(ra, c);
+        if (c1 < nch) {
+            if (c1 + kWarp < nch) load(ra, c1 + kWarp);
+            products(rb, c1);
+        }
+    }
+
+    // 3. Sums by shuffles (every lane gets each row's), then lane r stores row r.
+    float v[RW];
+#pragma unroll
+    for (int r = 0; r < RW; ++r) v[r] = warp_sum(acc[r]);
+    if (swiglu) {
+#pragma unroll
+        for (int r = 0; r < RW / 2; ++r)
+            if (lane == r && loc[r] < total) {
+                const float g = v[r], u = v[r + RW / 2];
+                a.seg[0].y[loc[r]] = g / (1.0f + expf(-g)) * u;
+            }
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+        if (lane == r && u0 + r < total) store_row(a, seg[r], loc[r], 0, v[r], v[r ^ 1]);
+}
+
+template <uint32_t T, int RW, int MB>
+void launch_matvec1(const MatvecArgs& a, gpuStream_t s) {
+    const int per_warp = a.mode == MvMode::SwiGLU ? RW / 2 : RW;
+    const int per_block = kM1Warps * per_warp;
+    const unsigned blocks = static_cast<unsigned>((matvec_units(a) + per_block - 1) / per_block);
+    const int nch = a.cols / 32;  // Chunk<T>::count (a device function) of every type here
+    const size_t smem = (static_cast<size_t>(staged_floats<T>(a.cols)) + (T == kQ8_0 ? 0 : 2 * nch)) * sizeof(float);
+    auto k = matvec1_kernel<T, RW, MB>;
+    static int sized = 0;  // the largest dynamic shared memory set so far for this instantiation
+    if (static_cast<int>(smem) > sized && smem > 48 * 1024) {
+        LOOM_GPU_CHECK(gpuFuncSetMaxDynamicSmem(k, static_cast<int>(smem)));
+        sized = static_cast<int>(smem);
+    }
+    LOOM_LAUNCH(k, blocks, kM1Threads, smem, s, a);
+    LOOM_GPU_CHECK_LAUNCH();
+}
+
+// The launch shape: rows a warp (RW) and blocks an SM asked of the register allocator (MB).
+// Default RW = 2, MB = 2 (Q6_K) or 3 (Q4_K, Q8_0: 80 registers without spills); LOOM_MV1=RW,MB
+// (2,2 2,3 4,1 4,2) forces one, for comparisons.
+int matvec1_shape(uint32_t type) {
+    static const int forced = [] {
+        const char* e = std::getenv("LOOM_MV1");
+        return e && std::strlen(e) == 3 ? 10 * (e[0] - '0') + (e[2] - '0') : 0;
+    }();
+    if (forced == 22 || forced == 23 || forced == 41 || forced == 42) return forced;
+    return type == kQ6_K ? 22 : 23;
+}
+
+template <uint32_t T>
+void matvec1_t(const MatvecArgs& a, gpuStream_t s) {
+    switch (matvec1_shape(T)) {
+        case 22: launch_matvec1<T, 2, 2>(a, s); break;
+        case 41: launch_matvec1<T, 4, 1>(a, s); break;
+        case 42: launch_matvec1<T, 4, 2>(a, s); break;
+        default: launch_matvec1<T, 2, 3>(a, s); break;
+    }
+}
+
+}  // namespace
+
+bool matvec1_takes(const MatvecArgs& a) {
+    const bool type = a.type == kQ4_K || a.type == kQ6_K || a.type == kQ8_0;
+    return a.single && type && a.nb == 1 && !a.fixed_tiling && a.cols > 0 && a.cols % 32 == 0;
+}
+
+void matvec1(const MatvecArgs& a, gpuStream_t s) {
+    switch (a.type) {
+        case kQ4_K: matvec1_t<kQ4_K>(a, s); break;
+        case kQ6_K: matvec1_t<kQ6_K>(a, s); break;
+        case kQ8_0: matvec1_t<kQ8_0>(a, s); break;
+        default: throw GpuError("matvec1: unsupported type " + std::to_string(a.type));
+    }
+}
+
+}  // namespace loom::gpu
