@@ -164,9 +164,11 @@ class GpuEmulator(unittest.TestCase):
         # Rows of several chunks per thread and several row groups per block (ffn_down has 4352
         # columns), which no shared model has: the default matvec path, the fixed 8-vector tiling
         # (--batch-invariant), RoPE outside the QKV matvec, the single-vector kernel for the
-        # quantized rows (--matvec-single; F16 runs its default), and the tensor-core decode GEMM for
-        # the 5-token prompt, against the CPU engine. The GEMM rounds weights and activations to
-        # F16, as the cuBLAS path does on CUDA: 2.1e-3 (F16) and 3.4e-3 (Q4_K_M) here, so 5e-3.
+        # quantized rows (--matvec-single; F16 runs its default), and the tensor-core decode GEMM
+        # for the 5-token prompt (its tile kernel: the emulator's GEMM input is F32, and the
+        # fragment kernels, which take F16 activations, are loom-gpu-qgemm-test's), against the
+        # CPU engine. The GEMM rounds weights and activations to F16, as the cuBLAS path does on
+        # CUDA: 2.1e-3 (F16) and 3.4e-3 (Q4_K_M) here, so 5e-3.
         cases = [{"prompt_ids": [1, 5, 9, 22, 301], "steps": [0] * 4}]
         with tempfile.TemporaryDirectory() as d:
             # Q4_K_M: Q4_K, with Q6_K for ffn_down and the output.

@@ -3,7 +3,9 @@
 // odd sizes: 1, 3, 16, 17, 64, 65 and 255 activation rows; weight rows that are not a multiple
 // of the 128-row tile (7 and 130); a last column tile that is partial (Q8_0 at 96 columns, the
 // 16-bit types at 200) or whole (K-quants at 512: several K splits); F16 and F32 activations;
-// y stored or added to; the Q4_K fragment kernel also with one K split over 24 and 40 blocks.
+// y stored or added to; the Q4_K fragment kernel also with one K split over 24 and 40 blocks,
+// and the Q6_K fragment kernel (q6_frag) at every row count, over 24 blocks in one split and
+// over 40 blocks in its own splits, against f16(f16(d * sc) * (q - 32)).
 // Weights are random floats quantized with model/quant's quantizers and
 // repacked into the device layout; the reference dequantizes the same blocks (quant.hpp) and
 // rounds weights and activations to F16 as the kernel's operands are, so that only the F32
@@ -60,13 +62,33 @@ void q4k_f16_weights(const uint8_t* gg, int K, float* w) {
     }
 }
 
+// The weights of GGUF Q6_K rows (ggml-quants.c block_q6_K: ql[128], qh[64], int8 scales[16],
+// d) as the fragment kernel rounds them: f16(f16(d * sc) * (q - 32)).
+void q6k_f16_weights(const uint8_t* gg, int K, float* w) {
+    for (int b = 0; b < K / 256; ++b) {
+        const uint8_t* blk = gg + 210 * b;
+        const uint8_t *ql = blk, *qh = blk + 128;
+        const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+        const float d = model::fp16_to_fp32(static_cast<uint16_t>(blk[208] | (blk[209] << 8)));
+        for (int n = 0; n < 2; ++n)
+            for (int l = 0; l < 32; ++l)
+                for (int k = 0; k < 4; ++k) {  // dequantize_row_q6_K's q1..q4
+                    const int lo = ql[64 * n + l + 32 * (k % 2)] >> (4 * (k / 2)) & 0xF;
+                    const int q = lo | ((qh[32 * n + l] >> (2 * k)) & 3) << 4;
+                    const float scale = f16_round(d * static_cast<float>(sc[8 * n + l / 16 + 2 * k]));
+                    w[256 * b + 128 * n + 32 * k + l] = f16_round(scale * static_cast<float>(q - 32));
+                }
+    }
+}
+
 struct Case {
     uint32_t type;
     const char* name;
     int N, K, M;
     bool x16, add;
-    bool tiled = false;  // Q4_K with F16 x: the tile kernel instead of the fragment kernel
-    int splits = 0;      // > 0: this many K splits instead of qgemm_splits's
+    bool tiled = false;   // Q4_K with F16 x: the tile kernel instead of the fragment kernel
+    int splits = 0;       // > 0: this many K splits instead of qgemm_splits's
+    bool q6frag = false;  // Q6_K with F16 x: the fragment kernel instead of the tile kernel
 };
 
 // Runs one case; returns true when every output agrees with the reference.
@@ -81,6 +103,7 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
         for (int k = 0; k < K; ++k) row[k] = nd(rng) * (k % 97 == 0 ? 4.0f : 0.5f);
         model::quantize_row(c.type, row.data(), gg.data() + gg_row * n, K);
         if (c.type == kQ4_K && c.x16 && !c.tiled) q4k_f16_weights(gg.data() + gg_row * n, K, w.data() + size_t(n) * K);
+        else if (c.q6frag) q6k_f16_weights(gg.data() + gg_row * n, K, w.data() + size_t(n) * K);
         else model::dequantize_row(c.type, gg.data() + gg_row * n, w.data() + static_cast<size_t>(n) * K, K);
     }
     const size_t dev_row = device_row_bytes(c.type, K);
@@ -112,7 +135,7 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
     dm.row_bytes = dev_row;
     dm.data = dw;
     qgemm(dm, c.x16 ? nullptr : dx, c.x16 ? dxh : nullptr, ldx, M, dy, ldy, c.add, static_cast<float*>(dpart), nullptr,
-          !c.tiled, c.splits);
+          !c.tiled, c.splits, c.q6frag);
     LOOM_GPU_CHECK(gpuDeviceSynchronize());
     std::vector<float> y(y0.size());
     LOOM_GPU_CHECK(gpuMemcpy(y.data(), dy, y.size() * sizeof(float), gpuMemcpyDeviceToHost));
@@ -142,7 +165,11 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
             if (!(std::fabs(y[i] - ref) <= 1e-5 * mag + 1e-6 * (1.0 + std::fabs(ref)))) {
                 std::printf(
                     "FAIL %s%s N=%d K=%d M=%d x16=%d add=%d: y[%d][%d] = %.7g, reference %.7g (sum |xw| %.4g)\n",
-                    c.name, c.tiled ? " tiled" : "", N, K, M, c.x16, c.add, m, n, y[i], ref, mag);
+                    c.name,
+                    c.tiled    ? " tiled"
+                    : c.q6frag ? " frag"
+                               : "",
+                    N, K, M, c.x16, c.add, m, n, y[i], ref, mag);
                 ok = false;
             }
         }
@@ -179,6 +206,11 @@ int main(int argc, char** argv) {
                 cases.back().tiled = true;
                 cases.push_back({t.type, t.name, N, t.K, M, false, i % 4 < 2});
             }
+            // Q6_K with F16 activations: also through the fragment kernel (q6_frag).
+            if (t.type == kQ6_K) {
+                cases.push_back({t.type, t.name, N, t.K, M, true, i % 4 >= 2});
+                cases.back().q6frag = true;
+            }
             ++i;
         }
     // The fragment kernel at one block a row (no split) and at 40 blocks (16 splits of 2-3
@@ -191,16 +223,23 @@ int main(int argc, char** argv) {
     // group partial.
     for (const auto& [K, M, N] : {std::array<int, 3>{6144, 9, 130}, std::array<int, 3>{10240, 40, 7}})
         cases.push_back({kQ4_K, "q4_K", N, K, M, true, M == 9, false, 1});
+    // The Q6_K fragment kernel the same ways: one split over 24 blocks, and its own splits over 40.
+    for (const auto& [K, M, N, sp] : {std::array<int, 4>{6144, 9, 130, 1}, std::array<int, 4>{10240, 40, 7, 0}})
+        cases.push_back({kQ6_K, "q6_K", N, K, M, true, M == 9, false, sp, true});
     std::mt19937_64 rng(20261203);
     int bad = 0;
     for (const Case& c : cases) {
         if (!run_case(c, rng)) ++bad;
         else
             std::printf("ok %s%s N=%d K=%d M=%d x16=%d add=%d splits=%d\n", c.name,
-                        c.type == kQ4_K && c.x16 ? (c.tiled ? " tiled" : " frag") : "", c.N, c.K, c.M, c.x16, c.add,
-                        c.splits > 0                           ? c.splits
-                        : c.type == kQ4_K && c.x16 && !c.tiled ? std::min(qgemm_splits(c.N, c.K, c.M), c.K / 256)
-                                                               : qgemm_splits(c.N, c.K, c.M));
+                        c.type == kQ4_K && c.x16 ? (c.tiled ? " tiled" : " frag")
+                        : c.q6frag               ? " frag"
+                                                 : "",
+                        c.N, c.K, c.M, c.x16, c.add,
+                        c.splits > 0 ? c.splits
+                        : (c.type == kQ4_K && c.x16 && !c.tiled) || c.q6frag
+                            ? std::min(qgemm_splits(c.N, c.K, c.M), c.K / 256)
+                            : qgemm_splits(c.N, c.K, c.M));
     }
     std::printf("qgemm: %zu cases, %d disagree\n", cases.size(), bad);
     return bad ? 1 : 0;

@@ -76,8 +76,11 @@ struct GpuOptions {
     /// F16 matrices through the decode GEMM too (default: cuBLAS reads them as they are).
     bool decode_gemm_f16 = false;
     /// Q4_K matrices through the decode GEMM's tile kernel (weights decoded in F32 into shared
-    /// memory) instead of its fragment kernel (k_qgemm_q4.cu, the default): for comparisons.
+    /// memory) instead of its fragment kernel (k_qgemm_frag.cu, the default): for comparisons.
     bool decode_gemm_tiled = false;
+    /// Q6_K matrices through the decode GEMM's fragment kernel (k_qgemm_frag.cu) instead of its
+    /// tile kernel. Off by default until it is timed on a GPU.
+    bool decode_gemm_q6_frag = false;
     /// Single-row steps of Q4_K, Q6_K and Q8_0 matrices through the single-vector kernel
     /// (k_matvec1.cu, MatvecArgs::single), which fuses RMSNorm, instead of the batched matvec
     /// kernel after a separate RMSNorm. Off by default until it is timed on a GPU.

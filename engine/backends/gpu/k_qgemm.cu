@@ -41,7 +41,7 @@ bool qgemm_supports(uint32_t type, int64_t cols) {
 bool qgemm_available() { return false; }
 
 void qgemm(const DevMatrix&, const float*, const uint16_t*, int64_t, int, float*, int64_t, bool, float*, gpuStream_t,
-           bool, int) {
+           bool, int, bool) {
     throw GpuError("qgemm: the tensor-core decode GEMM is not built for HIP");
 }
 
@@ -209,13 +209,13 @@ void launch_qgemm(const QgArgs& a, int splits, gpuStream_t s) {
 bool qgemm_available() { return true; }
 
 void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ldx, int M, float* y, int64_t ldy,
-           bool add, float* part, gpuStream_t s, bool q4_frag, int splits_asked) {
+           bool add, float* part, gpuStream_t s, bool q4_frag, int splits_asked, bool q6_frag) {
     if (M <= 0 || w.rows <= 0) return;
     if (!qgemm_supports(w.type, w.cols))
         throw GpuError("qgemm: weights of type " + std::to_string(w.type) + " and " + std::to_string(w.cols) +
                        " columns are not supported");
     const QgArgs a{w, x32, x16, ldx, M, y, ldy, add, part};
-    const bool frag = q4_frag && q4_frag_takes(a);
+    const bool frag = frag_takes(a, q4_frag, q6_frag);
     int splits = splits_asked > 0 ? splits_asked : qgemm_splits(w.rows, w.cols, M);
     if (frag) splits = std::min<int>(splits, static_cast<int>(w.cols / 256));  // its tiles are 256 columns
     if (splits > 1 && !part) throw GpuError("qgemm: split-K needs a partials buffer");
@@ -235,7 +235,7 @@ void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ld
             else by_x(std::integral_constant<int, 8>{});
         }
     };
-    if (frag) qgemm_q4(a, nt, splits, s);
+    if (frag) qgemm_frag(a, nt, splits, s);
     else with_type(w.type, "qgemm", go);
     if (splits > 1) {
         const int64_t total = static_cast<int64_t>(M) * w.rows;

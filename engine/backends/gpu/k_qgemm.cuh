@@ -1,5 +1,5 @@
 // Pieces the tensor-core decode GEMM kernels share (k_qgemm.cu: weights decoded into a
-// shared-memory tile; k_qgemm_q4.cu: Q4_K decoded straight into the A fragments): the mma.sync
+// shared-memory tile; k_qgemm_frag.cu: Q4_K, Q6_K decoded straight into the A fragments): the mma.sync
 // m16n8k16 fragment loads and product, F16 packing and 16-byte shared stores, the launch
 // arguments and the epilogue that stores or adds a warp's 16 x 8NT results.
 //
@@ -172,12 +172,16 @@ LOOM_DEV void store_acc(const QgArgs& a, const float (&acc)[NT][4], int n0, int 
         }
 }
 
-/// Whether qgemm_q4() takes this call: Q4_K weights, F16 activations.
-inline bool q4_frag_takes(const QgArgs& a) { return a.w.type == kQ4_K && a.x16 && a.w.cols % 256 == 0; }
+/// Whether qgemm_frag() takes this call: F16 activations and Q4_K weights (when q4) or Q6_K
+/// weights (when q6).
+inline bool frag_takes(const QgArgs& a, bool q4, bool q6) {
+    const bool type = (q4 && a.w.type == kQ4_K) || (q6 && a.w.type == kQ6_K);
+    return type && a.x16 && a.w.cols % 256 == 0;
+}
 
-/// The Q4_K fragment kernel (k_qgemm_q4.cu) for q4_frag_takes() calls: NT 8-row activation
-/// tiles a block (2, 4 or 8), `splits` K splits (at most one per 256 columns).
-void qgemm_q4(const QgArgs& a, int nt, int splits, gpuStream_t s);
+/// The fragment kernels (k_qgemm_frag.cu) for frag_takes() calls, Q4_K or Q6_K by a.w.type: NT
+/// 8-row activation tiles a block (2, 4 or 8), `splits` K splits (at most one per 256 columns).
+void qgemm_frag(const QgArgs& a, int nt, int splits, gpuStream_t s);
 
 }  // namespace qg
 }  // namespace loom::gpu

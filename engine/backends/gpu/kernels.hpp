@@ -137,13 +137,15 @@ void gemm_own(const float* A, int64_t lda, const void* W, bool w_f16, int64_t ld
 /// K range is split and `part` (qgemm_partial_floats floats, device memory) holds the partial
 /// sums, added in split order by a second kernel: results do not depend on timing. Throws
 /// GpuError when !qgemm_available() or w's type or cols (a multiple of 8) is not supported.
-/// Q4_K weights with F16 activations take the fragment kernel (k_qgemm_q4.cu: nibbles decoded
+/// Q4_K weights with F16 activations take the fragment kernel (k_qgemm_frag.cu: nibbles decoded
 /// straight into the MMA operands with F16x2 arithmetic, so each weight is rounded as
 /// f16(n * f16(d * sc) - f16(dmin * m))) unless q4_frag is false, when they take the tile kernel
-/// as the other types do (weights decoded in F32 and rounded once to F16). `splits` > 0 replaces
-/// qgemm_splits's choice (tests: one split makes a block run through every tile of its rows).
+/// as the other types do (weights decoded in F32 and rounded once to F16). Q6_K weights with F16
+/// activations take it when q6_frag is set (each weight rounded as f16(f16(d * sc) * (q - 32)),
+/// where the tile kernel rounds d * sc * (q - 32) once). `splits` > 0 replaces qgemm_splits's
+/// choice (tests: one split makes a block run through every tile of its rows).
 void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ldx, int M, float* y, int64_t ldy,
-           bool add, float* part, gpuStream_t s, bool q4_frag = true, int splits = 0);
+           bool add, float* part, gpuStream_t s, bool q4_frag = true, int splits = 0, bool q6_frag = false);
 /// True in builds that have the kernel (CUDA for sm_80 and later, and the emulator); false in
 /// HIP builds, whose decode GEMMs dequantize to F16 first (no mma.sync counterpart used there).
 bool qgemm_available();

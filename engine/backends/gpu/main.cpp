@@ -65,6 +65,9 @@ const char* kUsage = LOOM_ENGINE_NAME
     "  --decode-gemm-f16      F16 matrices through the decode GEMM too (default: cuBLAS)\n"
     "  --decode-gemm-tiled    Q4_K matrices through the decode GEMM's shared-memory tile kernel, as\n"
     "                         the other types, instead of its fragment kernel (for comparisons)\n"
+    "  --decode-gemm-q6-frag  Q6_K matrices through the decode GEMM's fragment kernel (quants decoded\n"
+    "                         straight into the tensor-core operands) instead of its tile kernel\n"
+    "                         (not yet timed on a GPU)\n"
     "  --matvec-single        single-row steps of Q4_K, Q6_K and Q8_0 matrices through the\n"
     "                         single-vector matvec kernel, which fuses RMSNorm, instead of the\n"
     "                         batched kernel after a separate RMSNorm (not yet timed on a GPU)\n";
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
         {"--decode-gemm-f16", &opts.decode_gemm_f16, true},
         {"--decode-gemm-tiled", &opts.decode_gemm_tiled, true},
         {"--matvec-single", &opts.matvec_single, true},
+        {"--decode-gemm-q6-frag", &opts.decode_gemm_q6_frag, true},
     };
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i], v;

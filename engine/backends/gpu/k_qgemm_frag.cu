@@ -1,0 +1,328 @@
+// The decode GEMM's fragment kernels (kernels.hpp qgemm, k_qgemm.cuh qgemm_frag): y[M x N]
+// (+)= x[M x K] . w[N x K]^T for Q4_K or Q6_K weights and F16 activations, with no shared-memory
+// copy of the weights. Each warp owns 16 weight rows; lane (g, t) = (lane / 4, lane % 4) loads,
+// per 256-column block of rows g and g + 8, the bytes of two 32-column groups of the block (its
+// "first" and "second" group) and decodes them straight into the A fragments of mma.sync
+// m16n8k16:
+//  - Q4_K (Q4Frag): the 16-byte header and the 32 quant bytes of sub-blocks 2t and 2t + 1 (bytes
+//    32t.. of the block's 128). A nibble pair becomes an F16 pair through
+//    (q & 0x000F000F) | 0x64006400 = 1024 + q (0x5400..: 64 + q for high nibbles), then one
+//    exact subtraction and one F16x2 FMA n * f16(d * sc) - f16(dmin * m). About 1.8
+//    instructions a weight, against 9 for the tile kernel's F32 decode and shared-memory round
+//    trip.
+//  - Q6_K (Q6Frag, --decode-gemm-q6-frag): lane t takes the groups of ql bytes 64n + 32o..
+//    (n = t / 2, o = t % 2): their low nibbles with qh bits 2o, 2o + 1 (columns 128n + 32o..,
+//    the first group) and their high nibbles with qh bits 2o + 4, 2o + 5 (64 columns further,
+//    the second). A pair of 6-bit quants is assembled from the two, becomes 1024 + q the same
+//    way, q - 32 by one exact subtraction, and is multiplied by f16(d * sc) (one rounding).
+//
+// The K order is permuted so that each lane's quants land in its fragment slots: in k-step s
+// (0..15) of a block, A slot j (the pair of columns 2j, 2j + 1 of the step) holds pair s of the
+// first group of lane j (j < 4) or the second group of lane j - 4 (j >= 4), that is columns
+// 32 G(j) + 2s, + 1 with G the codec's group order (Q4_K: sub-block 2j or 2(j - 4) + 1). The
+// activations are written to shared memory in the same order (16-byte stores of four pairs), and
+// read back by ldmatrix as B fragments, so the permutation costs nothing in the products.
+// Split-K partials are added in split order by qgemm_reduce_kernel.
+//
+// Sources: GGUF Q4_K and Q6_K block layouts (ggml-quants.c block_q4_K: d, dmin, 12 bytes of
+// 6-bit scales and mins, 128 bytes of nibbles, element 64c + i of a block in the low nibble of
+// quant byte 32c + i, element 64c + 32 + i in its high nibble; block_q6_K and
+// dequantize_row_q6_K: ql[128], qh[64], int8 scales[16], d, elements 128n + 32k + l from ql
+// byte 64n + 32(k % 2) + l (low nibble for k < 2) and qh byte 32n + l bits 2k, 2k + 1, scale
+// 8n + 2k + l / 16); PTX ISA 8.x "mma" (m16n8k16 fragment layouts), "ldmatrix", "prmt",
+// "fma.f16x2"; IEEE 754 binary16 (an integer q < 1024 OR-ed into the mantissa of 1024.0 is
+// 1024 + q exactly, the bit trick int4-to-F16 converters use).
+#include <algorithm>
+
+#include "engine/backends/gpu/k_qgemm.cuh"
+
+namespace loom::gpu::qg {
+
+#if !defined(LOOM_GPU_HIP)
+
+namespace {
+
+constexpr int kQ4K = 256;              // columns a tile: one Q4_K or Q6_K block
+constexpr int kQ4Ld = kQ4K + 8;        // activation row stride in halves (528 bytes: the eight rows an
+                                       // ldmatrix phase reads fall in distinct banks)
+constexpr uint32_t kLo = 0x64006400u;  // (1024, 1024)
+constexpr uint32_t kHi = 0x54005400u;  // (64, 64)
+
+// Per-half F16x2 arithmetic, a - b (Op '-') or a * b (Op '*'), rounded to nearest even (.rn also
+// keeps nvcc from contracting); the emulator rounds each half's float result to F16.
+template <char Op>
+LOOM_DEV uint32_t h2_op(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+    uint32_t d;
+    if constexpr (Op == '-') asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+    else asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+#else
+    auto one = [&](int sh) {
+        const float x = h2f(static_cast<uint16_t>(a >> sh)), y = h2f(static_cast<uint16_t>(b >> sh));
+        return static_cast<uint32_t>(f2h(Op == '-' ? x - y : x * y));
+    };
+    return one(0) | (one(16) << 16);
+#endif
+}
+LOOM_DEV uint32_t h2_sub(uint32_t a, uint32_t b) { return h2_op<'-'>(a, b); }
+LOOM_DEV uint32_t h2_mul(uint32_t a, uint32_t b) { return h2_op<'*'>(a, b); }
+
+// a * b + c per half with one rounding.
+LOOM_DEV uint32_t h2_fma(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+    uint32_t d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+#else
+    auto one = [](uint16_t x, uint16_t y, uint16_t z) { return f2h(fmaf(h2f(x), h2f(y), h2f(z))); };
+    return one(static_cast<uint16_t>(a), static_cast<uint16_t>(b), static_cast<uint16_t>(c)) |
+           (static_cast<uint32_t>(
+                one(static_cast<uint16_t>(a >> 16), static_cast<uint16_t>(b >> 16), static_cast<uint16_t>(c >> 16)))
+            << 16);
+#endif
+}
+
+// Bytes a and b of w (0..3) as the low bytes of the two halves of a word, zeros above.
+LOOM_DEV uint32_t spread(uint32_t w, uint32_t sel) { return __byte_perm(w, 0u, sel); }
+
+/// Lane t's F16x2 operands of one row and block: scale and negated min of sub-block 2t (lo_*)
+/// and 2t + 1 (hi_*), each broadcast to both halves.
+struct Q4Scales {
+    uint32_t lo_s, lo_m, hi_s, hi_m;
+};
+
+LOOM_DEV Q4Scales q4_scales(const uint4& h, int t) {
+    // Sub-blocks 2t, 2t + 1 use bytes 2(t & 1), 2(t & 1) + 1 of the scale words (get_scale_min_k4).
+    const int sh = 16 * (t & 1);
+    const uint32_t ys = h.y >> sh, zs = h.z >> sh, ws = h.w >> sh;
+    uint32_t sc, mn;  // bytes 0, 1: the 6-bit scales (mins) of the two sub-blocks
+    if (t < 2) {
+        sc = ys & 0x3F3Fu;
+        mn = zs & 0x3F3Fu;
+    } else {
+        sc = (ws & 0x0F0Fu) | ((ys >> 2) & 0x3030u);
+        mn = ((ws >> 4) & 0x0F0Fu) | ((zs >> 2) & 0x3030u);
+    }
+    const uint32_t s2 = h2_sub(spread(sc, 0x4140u) | kLo, kLo);  // (sc0, sc1), exact
+    const uint32_t m2 = h2_sub(spread(mn, 0x4140u) | kLo, kLo);
+    const uint32_t ds = h2_mul(s2, __byte_perm(h.x, 0u, 0x1010u));                // times (d, d)
+    const uint32_t dm = h2_mul(m2, __byte_perm(h.x, 0u, 0x3232u)) ^ 0x80008000u;  // -(dmin m)
+    return Q4Scales{__byte_perm(ds, 0u, 0x1010u), __byte_perm(dm, 0u, 0x1010u), __byte_perm(ds, 0u, 0x3232u),
+                    __byte_perm(dm, 0u, 0x3232u)};
+}
+
+// Quant word w (bytes 32t + 4(s / 2)..) of a row in k-step s: lo gets the step's pair of
+// sub-block 2t (slot t), hi that of sub-block 2t + 1 (slot t + 4).
+LOOM_DEV void q4_pairs(uint32_t w, int s, const Q4Scales& k, uint32_t& lo, uint32_t& hi) {
+    const uint32_t x = spread(w, (s & 1) ? 0x4342u : 0x4140u);
+    lo = h2_fma(h2_sub((x & 0x000F000Fu) | kLo, kLo), k.lo_s, k.lo_m);
+    hi = h2_fma(h2_sub((x & 0x00F000F0u) | kHi, kHi), k.hi_s, k.hi_m);
+}
+
+LOOM_DEV uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+/// The Q4_K codec of the fragment kernel.
+struct Q4Frag {
+    static constexpr int kBlockBytes = 144;
+    static constexpr bool kTwoBlocks = true;  // at 16-32 rows, 128 registers a thread (8 bytes spilled)
+    /// One weight row's share of a block for lane t: the block header and quant bytes 32t..32t+31.
+    struct Raw {
+        uint4 h, q0, q1;
+    };
+    using Scales = Q4Scales;
+    /// 32-column group of the block whose step pairs fill slot j (0..7): sub-block 2j, 2(j - 4) + 1.
+    static constexpr LOOM_HD int group(int j) { return j < 4 ? 2 * j : 2 * (j - 4) + 1; }
+    static LOOM_DEV void load(const uint8_t* blk, int t, Raw& r) {
+        r.h = ld16(blk);
+        r.q0 = ld16(blk + 16 + 32 * t);
+        r.q1 = ld16(blk + 32 + 32 * t);
+    }
+    static LOOM_DEV void zero(Raw& r) { r.h = r.q0 = r.q1 = uint4{0u, 0u, 0u, 0u}; }  // d = dmin = 0
+    static LOOM_DEV Scales scales(const Raw& r, int t) { return q4_scales(r.h, t); }
+    /// Step s's A pairs of the row: slot t (lo) and slot t + 4 (hi).
+    static LOOM_DEV void pairs(const Raw& r, const Scales& k, int s, uint32_t& lo, uint32_t& hi) {
+        const int wi = s >> 1;
+        q4_pairs(wi < 4 ? word(r.q0, wi) : word(r.q1, wi - 4), s, k, lo, hi);
+    }
+};
+
+/// The Q6_K codec of the fragment kernel (224-byte device blocks: ql[128], qh[64], scales[16],
+/// d, padding).
+struct Q6Frag {
+    static constexpr int kBlockBytes = 224;
+    // One block an SM at every row count: in 128 registers (two blocks) its two register sets of
+    // 19 words a row spilled 96-136 bytes a thread; in one block, 206 registers and none.
+    static constexpr bool kTwoBlocks = false;
+    /// Lane t's share of a row's block (n = t / 2, o = t % 2): ql bytes 64n + 32o.. (l0, l1),
+    /// qh bytes 32n.. (h0, h1), int8 scales 8n..8n + 7 and d.
+    struct Raw {
+        uint4 l0, l1, h0, h1;
+        uint2 sc;
+        uint32_t d;
+    };
+    /// F16x2 scales f16(d * sc) of the first group (f0: pairs 0-7, f1: 8-15) and the second
+    /// (s0, s1), each in both halves, and the right shifts that bring the groups' qh bits to
+    /// bits 0-1 of each byte.
+    struct Scales {
+        uint32_t f0, f1, s0, s1;
+        int shf, shs;
+    };
+    /// Slot j's group: 32-column index 4(j / 2) + j % 2 (first groups of lanes 0-3) or that + 2.
+    static constexpr LOOM_HD int group(int j) {
+        return j < 4 ? 4 * (j >> 1) + (j & 1) : 4 * ((j - 4) >> 1) + ((j - 4) & 1) + 2;
+    }
+    static LOOM_DEV void load(const uint8_t* blk, int t, Raw& r) {
+        const int n = t >> 1, o = t & 1;
+        r.l0 = ld16(blk + 64 * n + 32 * o);
+        r.l1 = ld16(blk + 64 * n + 32 * o + 16);
+        r.h0 = ld16(blk + 128 + 32 * n);
+        r.h1 = ld16(blk + 144 + 32 * n);
+        r.sc = *reinterpret_cast<const uint2*>(blk + 192 + 8 * n);
+        r.d = *reinterpret_cast<const uint16_t*>(blk + 208);
+    }
+    static LOOM_DEV void zero(Raw& r) {  // d = 0: the row decodes to zeros
+        r.l0 = r.l1 = r.h0 = r.h1 = uint4{0u, 0u, 0u, 0u};
+        r.sc = uint2{0u, 0u};
+        r.d = 0u;
+    }
+    static LOOM_DEV Scales scales(const Raw& r, int t) {
+        const int o = t & 1;
+        const float d = h2f(static_cast<uint16_t>(r.d));
+        // Scale bytes 2o + i (first group, pairs 8i..) and 2o + 4 + i (second) of sc[8n..].
+        auto sc = [&](uint32_t w, int i) {
+            const float v = d * static_cast<float>(static_cast<int8_t>(byte_of(w, 2 * o + i)));
+            return pack2(v, v);
+        };
+        return Scales{sc(r.sc.x, 0), sc(r.sc.x, 1), sc(r.sc.y, 0), sc(r.sc.y, 1), 2 * o, 2 * o + 4};
+    }
+    static LOOM_DEV void pairs(const Raw& r, const Scales& k, int s, uint32_t& lo, uint32_t& hi) {
+        constexpr uint32_t kLo32 = 0x64206420u;  // (1056, 1056) = 1024 + 32
+        const int wi = s >> 1;
+        const uint32_t sel = (s & 1) ? 0x4342u : 0x4140u;
+        const uint32_t x = spread(wi < 4 ? word(r.l0, wi) : word(r.l1, wi - 4), sel);
+        const uint32_t xh = spread(wi < 4 ? word(r.h0, wi) : word(r.h1, wi - 4), sel);
+        const uint32_t qf = (x & 0x000F000Fu) | (((xh >> k.shf) & 0x00030003u) << 4);
+        const uint32_t qs = ((x >> 4) & 0x000F000Fu) | (((xh >> k.shs) & 0x00030003u) << 4);
+        lo = h2_mul(h2_sub(qf | kLo, kLo32), s < 8 ? k.f0 : k.f1);
+        hi = h2_mul(h2_sub(qs | kLo, kLo32), s < 8 ? k.s0 : k.s1);
+    }
+};
+
+// Block (blockIdx.x: activation rows MT x.., blockIdx.y: weight rows 128 y.., blockIdx.z: K
+// split) of y = x . w^T for the codec F, NT 8-row activation tiles.
+template <class F, int NT>
+__global__ void __launch_bounds__(kQgThreads, NT >= 8 || !F::kTwoBlocks ? 1 : 2) qgemm_frag_kernel(QgArgs a) {
+    constexpr int MT = 8 * NT;
+    static_assert(MT * 4 <= kQgThreads && NT % 2 == 0, "one activation task a thread");
+    LOOM_DYN_SMEM(uint16_t, sx);  // [MT][kQ4Ld]: one block of activations, F16, permuted K order
+    const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid & 31, t = lane & 3;
+    const int m0 = static_cast<int>(blockIdx.x) * MT, n0 = static_cast<int>(blockIdx.y) * kQgN + warp * 16;
+    const int N = static_cast<int>(a.w.rows), tiles = static_cast<int>(a.w.cols) / kQ4K;
+    const int t0 = static_cast<int>(blockIdx.z) * tiles / static_cast<int>(gridDim.z);
+    const int t1 = (static_cast<int>(blockIdx.z) + 1) * tiles / static_cast<int>(gridDim.z);
+    const int rw[2] = {n0 + (lane >> 2), n0 + (lane >> 2) + 8};
+
+    // Activation task: row xm of the tile, steps 4 xq..4 xq + 3 (halves 8 xq.. of each sub-block).
+    const bool xtask = tid < MT * 4;
+    const int xm = tid >> 2, xq = tid & 3;
+    uint4 xr[8];  // sub-block sb's halves 8 xq..8 xq + 7: its pairs 4 xq..4 xq + 3
+
+    using Raw = typename F::Raw;
+    auto load_w = [&](int it, Raw(&r)[2]) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            if (rw[i] < N)
+                F::load(a.w.data + static_cast<size_t>(rw[i]) * a.w.row_bytes + F::kBlockBytes * it, t, r[i]);
+            else F::zero(r[i]);
+        }
+    };
+    auto load_x = [&](int it) {
+        const bool in = xtask && m0 + xm < a.M;
+        const uint16_t* p = a.x16 + static_cast<int64_t>(m0 + xm) * a.ldx + kQ4K * it + 8 * xq;
+#pragma unroll
+        for (int sb = 0; sb < 8; ++sb) xr[sb] = in ? ld16(p + 32 * sb) : uint4{0u, 0u, 0u, 0u};
+    };
+    auto store_x = [&]() {
+        if (!xtask) return;
+        uint16_t* row = sx + xm * kQ4Ld;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {  // step s = 4 xq + u: slot j from group F::group(j)
+            const int s = 4 * xq + u;
+            st_shared16(row + 16 * s, uint4{word(xr[F::group(0)], u), word(xr[F::group(1)], u),
+                                            word(xr[F::group(2)], u), word(xr[F::group(3)], u)});
+            st_shared16(row + 16 * s + 8, uint4{word(xr[F::group(4)], u), word(xr[F::group(5)], u),
+                                                word(xr[F::group(6)], u), word(xr[F::group(7)], u)});
+        }
+    };
+
+    float acc[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    auto compute = [&](const Raw(&r)[2]) {
+        const typename F::Scales k0 = F::scales(r[0], t), k1 = F::scales(r[1], t);
+#pragma unroll
+        for (int s = 0; s < 16; ++s) {
+            uint32_t af[4];  // rows g, g + 8; slots t (af[0], af[1]) and t + 4 (af[2], af[3])
+            F::pairs(r[0], k0, s, af[0], af[2]);
+            F::pairs(r[1], k1, s, af[1], af[3]);
+#pragma unroll
+            for (int n2 = 0; n2 < NT / 2; ++n2) {
+                uint32_t bf[4];
+                frag_b2<kQ4Ld>(sx + n2 * 16 * kQ4Ld + 16 * s, bf);
+                mma16816(acc[2 * n2], af, bf[0], bf[1]);
+                mma16816(acc[2 * n2 + 1], af, bf[2], bf[3]);
+            }
+        }
+    };
+    // One tile: its activations to shared memory, the next tile's loads in flight, products.
+    auto tile = [&](int it, const Raw(&cur)[2], Raw(&nxt)[2]) {
+        store_x();
+        __syncthreads();
+        if (it + 1 < t1) {
+            load_w(it + 1, nxt);
+            load_x(it + 1);
+        }
+        compute(cur);
+        __syncthreads();
+    };
+
+    Raw ra[2], rb[2];
+    if (t0 < t1) {
+        load_w(t0, ra);
+        load_x(t0);
+    }
+    for (int it = t0; it < t1; it += 2) {  // two register sets, alternating without copies
+        tile(it, ra, rb);
+        if (it + 1 < t1) tile(it + 1, rb, ra);
+    }
+    store_acc<NT>(a, acc, n0, m0, lane);
+}
+
+template <class F, int NT>
+void launch_frag(const QgArgs& a, int splits, gpuStream_t s) {
+    constexpr int MT = 8 * NT;
+    const size_t smem = static_cast<size_t>(MT) * kQ4Ld * sizeof(uint16_t);  // at most 33 KiB
+    const dim3 grid(static_cast<unsigned>((a.M + MT - 1) / MT), static_cast<unsigned>((a.w.rows + kQgN - 1) / kQgN),
+                    static_cast<unsigned>(splits));
+    LOOM_LAUNCH((qgemm_frag_kernel<F, NT>), grid, kQgThreads, smem, s, a);
+    LOOM_GPU_CHECK_LAUNCH();
+}
+
+template <class F>
+void frag_nt(const QgArgs& a, int nt, int splits, gpuStream_t s) {
+    if (nt == 2) launch_frag<F, 2>(a, splits, s);
+    else if (nt == 4) launch_frag<F, 4>(a, splits, s);
+    else launch_frag<F, 8>(a, splits, s);
+}
+
+}  // namespace
+
+void qgemm_frag(const QgArgs& a, int nt, int splits, gpuStream_t s) {
+    if (a.w.type == kQ6_K) frag_nt<Q6Frag>(a, nt, splits, s);
+    else frag_nt<Q4Frag>(a, nt, splits, s);
+}
+
+#endif  // !LOOM_GPU_HIP
+
+}  // namespace loom::gpu::qg
