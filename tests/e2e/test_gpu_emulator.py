@@ -188,6 +188,17 @@ class GpuEmulator(unittest.TestCase):
                         self.assertLess(worst, 5e-3 if extra == tc else 1e-4)
                         if extra == tc:  # the F16 operands show: the prompt did go through the kernel
                             self.assertGreater(worst, 1e-6)
+                if t == "q4_k_m":
+                    # Two requests decoding together: two-vector launches of the single-vector
+                    # kernel (RoPE and the K/V store at each vector's own position).
+                    two = cases + [{"prompt_ids": [1, 7, 3], "steps": [0] * 4}]
+                    want2 = generate(CPU, model, two)
+                    got2 = generate(EMU, model, two, ["--kv-f32", "--matvec-single"])
+                    for cid in want2:
+                        self.assertEqual([s[0] for s in got2[cid]], [s[0] for s in want2[cid]], cid)
+                        worst = max(abs(v - g[1].get(tok, -9999.0))  # a token missing from the top 20 fails
+                                    for w, g in zip(want2[cid], got2[cid]) for tok, v in w[1].items())
+                        self.assertLess(worst, 1e-4, cid)
 
     @unittest.skipIf(SANITIZED, "64 prompts of 33-300 tokens take minutes on the emulator under ASan")
     def test_many_decode_rows_long_attention_span(self):

@@ -81,9 +81,9 @@ struct GpuOptions {
     /// Q6_K matrices through the decode GEMM's fragment kernel (k_qgemm_frag.cu) instead of its
     /// tile kernel. Off by default until it is timed on a GPU.
     bool decode_gemm_q6_frag = false;
-    /// Single-row steps of Q4_K, Q6_K and Q8_0 matrices through the single-vector kernel
-    /// (k_matvec1.cu, MatvecArgs::single), which fuses RMSNorm, instead of the batched matvec
-    /// kernel after a separate RMSNorm. Off by default until it is timed on a GPU.
+    /// One- and two-row steps of Q4_K, Q6_K and Q8_0 matrices through the single-vector kernel
+    /// (k_matvec1.cu, MatvecArgs::single; RMSNorm fused at one row) instead of the batched
+    /// matvec kernel after a separate RMSNorm. Off by default until it is timed on a GPU.
     bool matvec_single = false;
 };
 

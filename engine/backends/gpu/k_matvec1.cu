@@ -1,6 +1,7 @@
 // The single-vector decode matvec for quantized weights (Q4_K, Q6_K, Q8_0): kernels.hpp
-// matvec() takes it for one activation vector (nb == 1) when MatvecArgs::single is set (the
-// engine's --matvec-single) and fixed_tiling is not.
+// matvec() takes it for one activation vector (or two where their staged activations fit,
+// matvec1_takes) when MatvecArgs::single is set (the engine's --matvec-single) and
+// fixed_tiling is not.
 //
 // Against the batched kernel (k_matvec.cu), which a warp runs for one chunk of 8 rows and then
 // reduces through shared memory, this kernel stages the activations once a block and lets each
@@ -43,10 +44,16 @@ LOOM_HD int xpad(int e) {
     return e + 4 * ((e >> 5) + (T == kQ8_0 ? 0 : (e >> 6)));
 }
 
-// Floats of staged activations for K columns (whole 32-element runs), then Q4_K's run sums.
+// Floats of staged activations for K columns (whole 32-element runs).
 template <uint32_t T>
 LOOM_HD int staged_floats(int K) {
     return xpad<T>(K) + 4;
+}
+
+// Floats of shared memory a vector: its staged activations, then (K-quants) 2 run sums a chunk.
+template <uint32_t T>
+LOOM_HD int vector_floats(int K) {
+    return staged_floats<T>(K) + (T == kQ8_0 ? 0 : 2 * (K / 32));
 }
 
 // Index 2 c + run of the 16-element run that starts at row element e (a multiple of 16) in
@@ -65,48 +72,55 @@ LOOM_DEV int run_slot(int e) {
     }
 }
 
-/// Block b, warp w: RW weight rows (SwiGLU: RW / 2 outputs, gate rows then up rows); MB blocks
-/// an SM asked of the register allocator.
-template <uint32_t T, int RW, int MB>
+/// Block b, warp w: RW weight rows (SwiGLU: RW / 2 outputs, gate rows then up rows) for NB
+/// activation vectors (a.nb == NB); MB blocks an SM asked of the register allocator.
+template <uint32_t T, int RW, int MB, int NB>
 __global__ void __launch_bounds__(kM1Threads, MB) matvec1_kernel(MatvecArgs a) {
     using C = Chunk<T>;
     constexpr bool kQ4 = T == kQ4_K;
     constexpr bool kDenorm = kQ4 || T == kQ6_K;  // q4_dot1 / q6_dot1: x times 2^64, run sums
     static_assert(RW % 2 == 0, "rows come in RoPE / SwiGLU pairs");
-    LOOM_DYN_SMEM(float, sx);  // [staged_floats(K)] activations, then (kDenorm) [2 nch] run sums
+    // Vector b's [staged_floats(K)] activations, then (kDenorm) [2 nch] run sums, at vector_floats(K) b.
+    LOOM_DYN_SMEM(float, sm);
     __shared__ double s_red[kM1Warps];
     const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
-    const int K = a.cols, n4 = K / 4, nch = C::count(K);
-    float* csum = sx + staged_floats<T>(K);
+    const int K = a.cols, n4 = K / 4, nch = C::count(K), vf = vector_floats<T>(K);
 
-    // 1. Stage x (times the RMSNorm scale and weights, and 2^64 for the K-quants) and run sums.
-    float scale = 1.0f;
-    if (a.norm_w) {
-        double ss = 0.0;
-        for (int i = tid; i < n4; i += kM1Threads) {
-            const float4 f = reinterpret_cast<const float4*>(a.x)[i];
-            ss += static_cast<double>(f.x) * f.x + static_cast<double>(f.y) * f.y + static_cast<double>(f.z) * f.z +
-                  static_cast<double>(f.w) * f.w;
-        }
-        const double t = block_sum(ss, s_red);
-        scale = static_cast<float>(1.0 / sqrt(t / K + static_cast<double>(a.norm_eps)));
-    }
-    // K-quants: K is a multiple of 256, so every warp runs whole iterations (the sums shuffle).
-    for (int i = tid; i < n4; i += kM1Threads) {
-        float4 f = reinterpret_cast<const float4*>(a.x)[i];
+    // 1. Stage each x (times the RMSNorm scale and weights, and 2^64 for the K-quants) and its
+    // run sums.
+#pragma unroll 1
+    for (int b = 0; b < NB; ++b) {
+        const float* xb = a.x + b * a.x_stride;
+        float* sx = sm + b * vf;
+        float* csum = sx + staged_floats<T>(K);
+        float scale = 1.0f;
         if (a.norm_w) {
-            const float4 g = reinterpret_cast<const float4*>(a.norm_w)[i];
-            f.x = f.x * scale * g.x, f.y = f.y * scale * g.y, f.z = f.z * scale * g.z, f.w = f.w * scale * g.w;
+            double ss = 0.0;
+            for (int i = tid; i < n4; i += kM1Threads) {
+                const float4 f = reinterpret_cast<const float4*>(xb)[i];
+                ss += static_cast<double>(f.x) * f.x + static_cast<double>(f.y) * f.y + static_cast<double>(f.z) * f.z +
+                      static_cast<double>(f.w) * f.w;
+            }
+            const double t = block_sum(ss, s_red);
+            scale = static_cast<float>(1.0 / sqrt(t / K + static_cast<double>(a.norm_eps)));
         }
-        if constexpr (kDenorm) {
-            float s = (f.x + f.y) + (f.z + f.w);
-            s += shfl_xor(s, 1);
-            s += shfl_xor(s, 2);
-            if ((i & 3) == 0) csum[run_slot<T>(4 * i)] = s;
-            constexpr float k64 = 0x1p64f;  // exact
-            f.x *= k64, f.y *= k64, f.z *= k64, f.w *= k64;
+        // K-quants: K is a multiple of 256, so every warp runs whole iterations (the sums shuffle).
+        for (int i = tid; i < n4; i += kM1Threads) {
+            float4 f = reinterpret_cast<const float4*>(xb)[i];
+            if (a.norm_w) {
+                const float4 g = reinterpret_cast<const float4*>(a.norm_w)[i];
+                f.x = f.x * scale * g.x, f.y = f.y * scale * g.y, f.z = f.z * scale * g.z, f.w = f.w * scale * g.w;
+            }
+            if constexpr (kDenorm) {
+                float s = (f.x + f.y) + (f.z + f.w);
+                s += shfl_xor(s, 1);
+                s += shfl_xor(s, 2);
+                if ((i & 3) == 0) csum[run_slot<T>(4 * i)] = s;
+                constexpr float k64 = 0x1p64f;  // exact
+                f.x *= k64, f.y *= k64, f.z *= k64, f.w *= k64;
+            }
+            *reinterpret_cast<float4*>(sx + xpad<T>(4 * i)) = f;
         }
-        *reinterpret_cast<float4*>(sx + xpad<T>(4 * i)) = f;
     }
     __syncthreads();
 
@@ -130,9 +144,11 @@ __global__ void __launch_bounds__(kM1Threads, MB) matvec1_kernel(MatvecArgs a) {
         wr[r] = valid ? seg_w(a, seg[r]) + static_cast<size_t>(loc[r]) * a.row_bytes : a.seg[0].w;
     }
 
-    float acc[RW];
+    float acc[RW][NB];
 #pragma unroll
-    for (int r = 0; r < RW; ++r) acc[r] = 0.0f;
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+        for (int b = 0; b < NB; ++b) acc[r][b] = 0.0f;
     Q4Sel q4s{};
     if constexpr (kQ4) q4s = q4_sel((lane & 7) >> 1);  // c % 8 == lane % 8 for every chunk c of the lane
     using Raw = typename C::Raw;
@@ -141,26 +157,30 @@ __global__ void __launch_bounds__(kM1Threads, MB) matvec1_kernel(MatvecArgs a) {
         for (int r = 0; r < RW; ++r) C::load(wr[r], c, K, raw[r]);
     };
     auto products = [&](const Raw(&raw)[RW], int c) {
-        float xv[C::kElems], sums[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int run = 0; run < C::kRuns; ++run) {
-            const float* p = sx + xpad<T>(C::run_start(c, run));
+        for (int b = 0; b < NB; ++b) {
+            const float* sx = sm + b * vf;
+            float xv[C::kElems], sums[2] = {0.0f, 0.0f};
 #pragma unroll
-            for (int i = 0; i < C::kRunLen; i += 4) {
-                const float4 f = *reinterpret_cast<const float4*>(p + i);
-                float* o = xv + run * C::kRunLen + i;
-                o[0] = f.x, o[1] = f.y, o[2] = f.z, o[3] = f.w;
+            for (int run = 0; run < C::kRuns; ++run) {
+                const float* p = sx + xpad<T>(C::run_start(c, run));
+#pragma unroll
+                for (int i = 0; i < C::kRunLen; i += 4) {
+                    const float4 f = *reinterpret_cast<const float4*>(p + i);
+                    float* o = xv + run * C::kRunLen + i;
+                    o[0] = f.x, o[1] = f.y, o[2] = f.z, o[3] = f.w;
+                }
             }
-        }
-        if constexpr (kDenorm) {
-            const float2 s2 = *reinterpret_cast<const float2*>(csum + 2 * c);
-            sums[0] = s2.x, sums[1] = s2.y;
-        }
+            if constexpr (kDenorm) {
+                const float2 s2 = *reinterpret_cast<const float2*>(sx + staged_floats<T>(K) + 2 * c);
+                sums[0] = s2.x, sums[1] = s2.y;
+            }
 #pragma unroll
-        for (int r = 0; r < RW; ++r) {
-            if constexpr (kQ4) acc[r] += q4_dot1(raw[r], xv, sums, q4s);
-            else if constexpr (T == kQ6_K) acc[r] += q6_dot1(raw[r], c, xv, sums);
-            else acc[r] += C::dot(raw[r], c, xv, sums);
+            for (int r = 0; r < RW; ++r) {
+                if constexpr (kQ4) acc[r][b] += q4_dot1(raw[r], xv, sums, q4s);
+                else if constexpr (T == kQ6_K) acc[r][b] += q6_dot1(raw[r], c, xv, sums);
+                else acc[r][b] += C::dot(raw[r], c, xv, sums);
+            }
         }
     };
     Raw ra[RW], rb[RW];
@@ -176,32 +196,38 @@ __global__ void __launch_bounds__(kM1Threads, MB) matvec1_kernel(MatvecArgs a) {
         }
     }
 
-    // 3. Sums by shuffles (every lane gets each row's), then lane r stores row r.
-    float v[RW];
+    // 3. Sums by shuffles (every lane gets each row's), then lane NB r + b stores row r of
+    // vector b.
+    float v[RW][NB];
 #pragma unroll
-    for (int r = 0; r < RW; ++r) v[r] = warp_sum(acc[r]);
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+        for (int b = 0; b < NB; ++b) v[r][b] = warp_sum(acc[r][b]);
     if (swiglu) {
 #pragma unroll
         for (int r = 0; r < RW / 2; ++r)
-            if (lane == r && loc[r] < total) {
-                const float g = v[r], u = v[r + RW / 2];
-                a.seg[0].y[loc[r]] = g / (1.0f + expf(-g)) * u;
-            }
+#pragma unroll
+            for (int b = 0; b < NB; ++b)
+                if (lane == NB * r + b && loc[r] < total) {
+                    const float g = v[r][b], u = v[r + RW / 2][b];
+                    a.seg[0].y[b * a.y_stride + loc[r]] = g / (1.0f + expf(-g)) * u;
+                }
         return;
     }
 #pragma unroll
     for (int r = 0; r < RW; ++r)
-        if (lane == r && u0 + r < total) store_row(a, seg[r], loc[r], 0, v[r], v[r ^ 1]);
+#pragma unroll
+        for (int b = 0; b < NB; ++b)
+            if (lane == NB * r + b && u0 + r < total) store_row(a, seg[r], loc[r], b, v[r][b], v[r ^ 1][b]);
 }
 
-template <uint32_t T, int RW, int MB>
+template <uint32_t T, int RW, int MB, int NB>
 void launch_matvec1(const MatvecArgs& a, gpuStream_t s) {
     const int per_warp = a.mode == MvMode::SwiGLU ? RW / 2 : RW;
     const int per_block = kM1Warps * per_warp;
     const unsigned blocks = static_cast<unsigned>((matvec_units(a) + per_block - 1) / per_block);
-    const int nch = a.cols / 32;  // Chunk<T>::count (a device function) of every type here
-    const size_t smem = (static_cast<size_t>(staged_floats<T>(a.cols)) + (T == kQ8_0 ? 0 : 2 * nch)) * sizeof(float);
-    auto k = matvec1_kernel<T, RW, MB>;
+    const size_t smem = static_cast<size_t>(NB) * vector_floats<T>(a.cols) * sizeof(float);
+    auto k = matvec1_kernel<T, RW, MB, NB>;
     static int sized = 0;  // the largest dynamic shared memory set so far for this instantiation
     if (static_cast<int>(smem) > sized && smem > 48 * 1024) {
         LOOM_GPU_CHECK(gpuFuncSetMaxDynamicSmem(k, static_cast<int>(smem)));
@@ -212,32 +238,48 @@ void launch_matvec1(const MatvecArgs& a, gpuStream_t s) {
 }
 
 // The launch shape: rows a warp (RW) and blocks an SM asked of the register allocator (MB).
-// Default RW = 2, MB = 2 (Q6_K) or 3 (Q4_K, Q8_0: 80 registers without spills); LOOM_MV1=RW,MB
-// (2,2 2,3 4,1 4,2) forces one, for comparisons.
-int matvec1_shape(uint32_t type) {
+// Default RW = 2 and MB = 3 for one vector of Q4_K or Q8_0 (80 registers, at most 20 bytes
+// spilled), else MB = 2 (Q6_K: 128 registers, none spilled; two Q4_K vectors: 28 bytes, where
+// three blocks an SM spilled 188); LOOM_MV1=RW,MB (2,2 2,3 4,1 4,2) forces one, for comparisons.
+int matvec1_shape(uint32_t type, int nb) {
     static const int forced = [] {
         const char* e = std::getenv("LOOM_MV1");
         return e && std::strlen(e) == 3 ? 10 * (e[0] - '0') + (e[2] - '0') : 0;
     }();
     if (forced == 22 || forced == 23 || forced == 41 || forced == 42) return forced;
-    return type == kQ6_K ? 22 : 23;
+    return type == kQ6_K || nb == 2 ? 22 : 23;
+}
+
+template <uint32_t T, int NB>
+void matvec1_nb(const MatvecArgs& a, gpuStream_t s) {
+    switch (matvec1_shape(T, NB)) {
+        case 22: launch_matvec1<T, 2, 2, NB>(a, s); break;
+        case 41: launch_matvec1<T, 4, 1, NB>(a, s); break;
+        case 42: launch_matvec1<T, 4, 2, NB>(a, s); break;
+        default: launch_matvec1<T, 2, 3, NB>(a, s); break;
+    }
 }
 
 template <uint32_t T>
 void matvec1_t(const MatvecArgs& a, gpuStream_t s) {
-    switch (matvec1_shape(T)) {
-        case 22: launch_matvec1<T, 2, 2>(a, s); break;
-        case 41: launch_matvec1<T, 4, 1>(a, s); break;
-        case 42: launch_matvec1<T, 4, 2>(a, s); break;
-        default: launch_matvec1<T, 2, 3>(a, s); break;
-    }
+    if (a.nb == 2) matvec1_nb<T, 2>(a, s);
+    else matvec1_nb<T, 1>(a, s);
 }
+
+// Two vectors' staged activations at most (bytes): 2 x 40 KiB, so that two blocks an SM keep
+// room; wider rows (ffn_down's 14,336 columns: 2 x 70 KiB) take the batched kernel at nb = 2.
+constexpr size_t kTwoVectorSmem = 80 * 1024;
 
 }  // namespace
 
 bool matvec1_takes(const MatvecArgs& a) {
     const bool type = a.type == kQ4_K || a.type == kQ6_K || a.type == kQ8_0;
-    return a.single && type && a.nb == 1 && !a.fixed_tiling && a.cols > 0 && a.cols % 32 == 0;
+    if (!a.single || !type || a.fixed_tiling || a.cols <= 0 || a.cols % 32 != 0) return false;
+    if (a.nb == 1) return true;
+    const int vf = a.type == kQ4_K   ? vector_floats<kQ4_K>(a.cols)
+                   : a.type == kQ6_K ? vector_floats<kQ6_K>(a.cols)
+                                     : vector_floats<kQ8_0>(a.cols);
+    return a.nb == 2 && 2 * static_cast<size_t>(vf) * sizeof(float) <= kTwoVectorSmem;
 }
 
 void matvec1(const MatvecArgs& a, gpuStream_t s) {

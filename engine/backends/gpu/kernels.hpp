@@ -75,7 +75,8 @@ struct MvSeg {
 /// (the fused Q/K/V projection, or gate+up). Weights are read once for all nb vectors and
 /// dequantized in registers; sums are F32. In the batched kernel (k_matvec.cu) a row's sum is
 /// computed in the same order for every nb (each vector's accumulation is independent of the
-/// others); with `single`, one quantized vector takes the single-vector kernel (k_matvec1.cu).
+/// others); with `single`, one or two quantized vectors take the single-vector kernel
+/// (k_matvec1.cu).
 struct MatvecArgs {
     uint32_t type = kF16;
     int32_t cols = 0;
@@ -95,9 +96,9 @@ struct MatvecArgs {
     /// Always run the 8-vector instantiation of the kernel, whatever nb (batch invariance: the
     /// same machine code computes a row for every batch size).
     bool fixed_tiling = false;
-    /// One vector (nb == 1) of Q4_K, Q6_K or Q8_0 weights through the single-vector kernel
-    /// (k_matvec1.cu) instead of the batched one, unless fixed_tiling (the engine's
-    /// --matvec-single; not yet timed on a GPU, so off by default).
+    /// One vector (or two, see matvec1_takes) of Q4_K, Q6_K or Q8_0 weights through the
+    /// single-vector kernel (k_matvec1.cu) instead of the batched one, unless fixed_tiling (the
+    /// engine's --matvec-single; not yet timed on a GPU, so off by default).
     bool single = false;
     /// What the epilogue does with each segment's rows instead of a plain store: 0 store, 1
     /// rotate by RoPE (adjacent pairs) and store (q), 2 rotate and write to the K cache, 3 write
@@ -111,8 +112,9 @@ struct MatvecArgs {
 };
 void matvec(const MatvecArgs& a, gpuStream_t s);
 
-/// Whether matvec() runs `a` on the single-vector kernel (k_matvec1.cu): `single` set, nb == 1,
-/// Q4_K, Q6_K or Q8_0 weights, not fixed_tiling.
+/// Whether matvec() runs `a` on the single-vector kernel (k_matvec1.cu): `single` set, Q4_K,
+/// Q6_K or Q8_0 weights, not fixed_tiling, and nb == 1, or nb == 2 where both vectors' staged
+/// activations fit in 80 KiB of shared memory (rows of up to about 8,600 columns).
 bool matvec1_takes(const MatvecArgs& a);
 /// The single-vector kernel for a matvec1_takes() launch; throws GpuError for another type.
 void matvec1(const MatvecArgs& a, gpuStream_t s);
