@@ -20,7 +20,8 @@
 # SERVING_GATEWAY=1 also through loom-gateway (same engine, streamed HTTP). small checks the
 # F32 KV pool (--kv-f32) against the tolerances of the CPU engine, small16 the default F16
 # pool against its own, exact every product in F32 (--batch-invariant --kv-f32) against the
-# CPU engine at 2e-3 for every model, the quantized ones included. bench also times the variants in $BENCH_VARIANTS (bench_gpu.py
+# CPU engine at 2e-3 for every model, the quantized ones included (SMALL_EXTRA adds check_gpu.py
+# options to these three stages, e.g. "--engine-arg=--matvec-single"). bench also times the variants in $BENCH_VARIANTS (bench_gpu.py
 # --variant NAME:ARGS: the F32 pool and --batch-invariant by default); BENCH_SKIP_GATEWAY=1
 # leaves out the gateway figures. sass writes the single-row matvec kernels' machine code and
 # opcode counts; ncu profiles a few decode matvecs (Nsight Compute, clocks left alone;
@@ -149,7 +150,10 @@ main() {
       exact) t="every product in F32 (--batch-invariant --kv-f32), 2e-3" h="F32 products and KV"
         o=(--engine-arg=--batch-invariant --engine-arg=--kv-f32 --cpu-tol 2e-3) ;;
     esac
-    stamp "shared models vs references and the CPU engine ($t)"
+    # SMALL_EXTRA: more check_gpu.py options for these stages, e.g. engine flags being tried.
+    # shellcheck disable=SC2206
+    o+=(${SMALL_EXTRA:-})
+    stamp "shared models vs references and the CPU engine ($t${SMALL_EXTRA:+, $SMALL_EXTRA})"
     timeout 300 python3 tools/check_gpu.py --engine "$BIN/loom-engine-cuda" "${o[@]}" \
       --cpu-engine "$BIN/loom-engine-cpu" --models "$DATA/models" --refs "$DATA/reference" 2>&1 | tee "$OUT/$st.log"
     note "small models, $h:"

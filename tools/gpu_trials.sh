@@ -10,9 +10,13 @@
 # Q4_K_M model generated into /dev/shm, decode steps (loom-gpu-bench --step-rows: the median of 9
 # and a per-operation profile) with the default run again at the end (run-to-run spread), and
 # Nsight Compute on the first layers' kernels of each pair.
-# Usage: BIN=DIR [OUT=DIR] [BASE_BIN=DIR] [PARTS="1 2"] bash tools/gpu_trials.sh
+# With DATA=DIR (the shared models and references, as tools/gpu_check.sh takes it) the shared
+# models are then checked with both flags on (tools/gpu_check.sh small: the F32 KV pool, against
+# the references and loom-engine-cpu).
+# Usage: BIN=DIR [OUT=DIR] [BASE_BIN=DIR] [DATA=DIR] [PARTS="1 2"] bash tools/gpu_trials.sh
 # BIN holds loom-gpu-bench, loom-gpu-matvec-test, loom-gpu-qgemm-test, loom-make-model (and
-# BIN/lib, as tools/gpu_check.sh takes it); BASE_BIN adds another build's default path.
+# loom-engine-cuda, loom-engine-cpu with DATA; BIN/lib, as tools/gpu_check.sh takes it);
+# BASE_BIN adds another build's default path.
 # Results: $OUT/summary.txt (tests, step medians per variant, Nsight Compute lines), steps-*.log.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -68,5 +72,10 @@ if command -v ncu >/dev/null; then
     grep -E "$k|Duration|DRAM Throughput|Executed Instructions  |Achieved Occupancy|Issued Warp|Registers Per" \
       "$OUT/ncu-$name.txt" | head -80 >>"$S"
   done
+fi
+if [ -n "${DATA:-}" ]; then
+  SMALL_EXTRA="--engine-arg=--matvec-single --engine-arg=--decode-gemm-q6-frag" OUT="$OUT/small" BIN="$BIN" \
+    DATA="$DATA" bash tools/gpu_check.sh small >"$OUT/small.log" 2>&1
+  sed -n '/==== summary/,$p' "$OUT/small.log" >>"$S"
 fi
 cat "$S"
