@@ -190,7 +190,8 @@ class GpuEmulator(unittest.TestCase):
                             self.assertGreater(worst, 1e-6)
                 if t == "q4_k_m":
                     # Two requests decoding together: two-vector launches of the single-vector
-                    # kernel (RoPE and the K/V store at each vector's own position).
+                    # kernel (RMSNorm fused per vector, RoPE and the K/V store at each vector's
+                    # own position).
                     two = cases + [{"prompt_ids": [1, 7, 3], "steps": [0] * 4}]
                     want2 = generate(CPU, model, two)
                     got2 = generate(EMU, model, two, ["--kv-f32", "--matvec-single"])

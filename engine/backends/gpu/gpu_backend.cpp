@@ -104,6 +104,19 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     fuse_norm_ = fusable(dm_->output);
     for (const auto& L : dm_->layers)
         for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up}) fuse_norm_ = fuse_norm_ && fusable(*m);
+    // Two-row steps too, where each of those matrices takes the single-vector kernel's
+    // two-vector launch (its per-vector norm); the batched kernel would recompute it a block.
+    auto two = [](const DevMatrix& m) {
+        MatvecArgs a;
+        a.type = m.type;
+        a.cols = static_cast<int32_t>(m.cols);
+        a.nb = 2;
+        a.single = true;
+        return matvec1_takes(a);
+    };
+    fuse_norm2_ = opts.matvec_single && fuse_norm_ && two(dm_->output);
+    for (const auto& L : dm_->layers)
+        for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up}) fuse_norm2_ = fuse_norm2_ && two(*m);
 
     d_ = hp.n_embd;
     nq_ = int64_t{hp.n_head} * hp.head_dim;

@@ -82,8 +82,8 @@ struct GpuOptions {
     /// tile kernel. Off by default until it is timed on a GPU.
     bool decode_gemm_q6_frag = false;
     /// One- and two-row steps of Q4_K, Q6_K and Q8_0 matrices through the single-vector kernel
-    /// (k_matvec1.cu, MatvecArgs::single; RMSNorm fused at one row) instead of the batched
-    /// matvec kernel after a separate RMSNorm. Off by default until it is timed on a GPU.
+    /// (k_matvec1.cu, MatvecArgs::single), which fuses RMSNorm, instead of the batched matvec
+    /// kernel after a separate RMSNorm. Off by default until it is timed on a GPU.
     bool matvec_single = false;
 };
 
@@ -175,13 +175,18 @@ private:
     AttnShape sh_;
     gpuStream_t stream_ = nullptr;
     std::unique_ptr<Gemm> gemm_;
-    bool f16_in_ = false;     // the GEMMs read F16 copies of their inputs (cuBLAS)
-    bool fuse_norm_ = false;  // RMSNorm fused into single-row matvecs (plain weight types)
-    int64_t d_ = 0;           // n_embd
-    int64_t nq_ = 0;          // n_head * head_dim
-    int64_t nkv_ = 0;         // n_head_kv * head_dim
-    int64_t ff_ = 0;          // n_ff
-    int64_t V_ = 0;           // n_vocab
+    bool f16_in_ = false;      // the GEMMs read F16 copies of their inputs (cuBLAS)
+    bool fuse_norm_ = false;   // RMSNorm fused into single-row matvecs (plain weight types)
+    bool fuse_norm2_ = false;  // and into two-row ones (--matvec-single, two-vector launches)
+    /// Whether a step of T rows fuses RMSNorm into its matvecs (fuse_norm_, fuse_norm2_).
+    bool fuse_norm(int T) const {
+        return !opts_.batch_invariant && fuse_norm_ && (T == 1 || (T == 2 && fuse_norm2_ && mv(2)));
+    }
+    int64_t d_ = 0;    // n_embd
+    int64_t nq_ = 0;   // n_head * head_dim
+    int64_t nkv_ = 0;  // n_head_kv * head_dim
+    int64_t ff_ = 0;   // n_ff
+    int64_t V_ = 0;    // n_vocab
     // Leading dimensions (elements) of the activation buffers, multiples of 64.
     int64_t ld_d_ = 0, ld_qkv_ = 0, ld_att_ = 0, ld_ff2_ = 0, ld_ff_ = 0, ld_v_ = 0;
 

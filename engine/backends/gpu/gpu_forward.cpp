@@ -193,8 +193,9 @@ void GpuBackend::prefill_attention_gemm(const PrefillTile& c, int layer) {
 void GpuBackend::forward(int T) {
     const auto& hp = w_.hp;
     const bool h16 = !mv(T) && f16_in_;
-    // RMSNorm fused into the next matvec for a single row over plain weights (fuse_norm_).
-    const bool fuse = !opts_.batch_invariant && T == 1 && fuse_norm_;
+    // RMSNorm fused into the next matvec for a single row over plain weights, or one or two rows
+    // of the single-vector kernel (fuse_norm).
+    const bool fuse = fuse_norm(T);
     embed(dm_->tok_embd, rows_.dev, T, x_, ld_d_, stream_);
     tick("embed");
     for (int l = 0; l < hp.n_layer; ++l) {
@@ -241,8 +242,8 @@ void GpuBackend::forward(int T) {
 void GpuBackend::logits(const int32_t* idx, int rows) {
     const DevMatrix* mo[1] = {&dm_->output};
     float* yo[1] = {logits_};
-    if (!opts_.batch_invariant && rows == 1 && fuse_norm_ && !idx) {
-        linear(mo, yo, 1, 1, x_, ld_d_, nullptr, 0, ld_v_, false, dm_->output_norm);
+    if (fuse_norm(rows) && !idx) {
+        linear(mo, yo, 1, rows, x_, ld_d_, nullptr, 0, ld_v_, false, dm_->output_norm);
     } else {
         const bool h16 = !mv(rows) && f16_in_;
         rmsnorm(x_, ld_d_, idx, dm_->output_norm, static_cast<int>(d_), rows, w_.hp.rms_eps, xn_, ld_d_,

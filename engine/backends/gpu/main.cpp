@@ -69,7 +69,7 @@ const char* kUsage = LOOM_ENGINE_NAME
     "                         straight into the tensor-core operands) instead of its tile kernel\n"
     "                         (not yet timed on a GPU)\n"
     "  --matvec-single        one- and two-row steps of Q4_K, Q6_K and Q8_0 matrices through the\n"
-    "                         single-vector matvec kernel (RMSNorm fused at one row) instead of the\n"
+    "                         single-vector matvec kernel, which fuses RMSNorm, instead of the\n"
     "                         batched kernel after a separate RMSNorm (not yet timed on a GPU)\n";
 
 bool parse_int(const std::string& s, long long max, long long& out) {
