@@ -13,7 +13,9 @@
 # With DATA=DIR (the shared models and references, as tools/gpu_check.sh takes it) the shared
 # models are then checked with both flags on (tools/gpu_check.sh small: the F32 KV pool, against
 # the references and loom-engine-cpu).
-# Usage: BIN=DIR [OUT=DIR] [BASE_BIN=DIR] [DATA=DIR] [PARTS="1 2"] bash tools/gpu_trials.sh
+# Usage: BIN=DIR [OUT=DIR] [BASE_BIN=DIR] [DATA=DIR] [PARTS="1 2"] [NCU=1] bash tools/gpu_trials.sh
+# Everything takes about 12 minutes; under a 10-minute limit per call, split it: PARTS="1 2"
+# NCU=0 (the steps), then PARTS= NCU=1 DATA=... (the profiles and the shared models).
 # BIN holds loom-gpu-bench, loom-gpu-matvec-test, loom-gpu-qgemm-test, loom-make-model (and
 # loom-engine-cuda, loom-engine-cpu with DATA; BIN/lib, as tools/gpu_check.sh takes it);
 # BASE_BIN adds another build's default path.
@@ -52,14 +54,14 @@ steps() {
     echo "part $part, $i $v: $(grep '^decode step' "$OUT/steps-$i-$v.log" | sed 's/ (.*//' | tr '\n' ' ')" >>"$S"
   done
 }
-for part in ${PARTS:-1 2}; do
+for part in ${PARTS-1 2}; do
   if [ "$part" = 1 ]; then
     steps 1 1,2 default single s22 s23 s41 s42 ${BASE_BIN:+base} default single
   else
     steps 2 4,8,16,32,64 default q6frag default q6frag
   fi
 done
-if command -v ncu >/dev/null; then
+if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   # name|kernel regex|bench arguments
   for p in "single|matvec1_kernel|--step-rows 1 --matvec-single" "batched|matvec_kernel|--step-rows 1" \
     "q6frag|qgemm_frag_kernel|--step-rows 64 --decode-gemm-q6-frag" "tile|qgemm_kernel|--step-rows 64"; do
