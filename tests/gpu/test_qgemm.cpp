@@ -91,6 +91,12 @@ struct Case {
     bool q6frag = false;  // Q6_K with F16 x: the fragment kernel instead of the tile kernel
 };
 
+// Whether the case runs a fragment kernel (Q4_K with F16 x unless tiled, or q6frag).
+bool frag(const Case& c) { return (c.type == kQ4_K && c.x16 && !c.tiled) || c.q6frag; }
+
+// The case's kernel, for the printed lines.
+const char* kernel_label(const Case& c) { return c.tiled ? " tiled" : frag(c) ? " frag" : ""; }
+
 // Runs one case; returns true when every output agrees with the reference.
 bool run_case(const Case& c, std::mt19937_64& rng) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -102,8 +108,8 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
     for (int n = 0; n < N; ++n) {
         for (int k = 0; k < K; ++k) row[k] = nd(rng) * (k % 97 == 0 ? 4.0f : 0.5f);
         model::quantize_row(c.type, row.data(), gg.data() + gg_row * n, K);
-        if (c.type == kQ4_K && c.x16 && !c.tiled) q4k_f16_weights(gg.data() + gg_row * n, K, w.data() + size_t(n) * K);
-        else if (c.q6frag) q6k_f16_weights(gg.data() + gg_row * n, K, w.data() + size_t(n) * K);
+        if (frag(c) && c.type == kQ4_K) q4k_f16_weights(gg.data() + gg_row * n, K, w.data() + size_t(n) * K);
+        else if (frag(c)) q6k_f16_weights(gg.data() + gg_row * n, K, w.data() + size_t(n) * K);
         else model::dequantize_row(c.type, gg.data() + gg_row * n, w.data() + static_cast<size_t>(n) * K, K);
     }
     const size_t dev_row = device_row_bytes(c.type, K);
@@ -165,11 +171,7 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
             if (!(std::fabs(y[i] - ref) <= 1e-5 * mag + 1e-6 * (1.0 + std::fabs(ref)))) {
                 std::printf(
                     "FAIL %s%s N=%d K=%d M=%d x16=%d add=%d: y[%d][%d] = %.7g, reference %.7g (sum |xw| %.4g)\n",
-                    c.name,
-                    c.tiled    ? " tiled"
-                    : c.q6frag ? " frag"
-                               : "",
-                    N, K, M, c.x16, c.add, m, n, y[i], ref, mag);
+                    c.name, kernel_label(c), N, K, M, c.x16, c.add, m, n, y[i], ref, mag);
                 ok = false;
             }
         }
@@ -231,15 +233,11 @@ int main(int argc, char** argv) {
     for (const Case& c : cases) {
         if (!run_case(c, rng)) ++bad;
         else
-            std::printf("ok %s%s N=%d K=%d M=%d x16=%d add=%d splits=%d\n", c.name,
-                        c.type == kQ4_K && c.x16 ? (c.tiled ? " tiled" : " frag")
-                        : c.q6frag               ? " frag"
-                                                 : "",
-                        c.N, c.K, c.M, c.x16, c.add,
+            std::printf("ok %s%s N=%d K=%d M=%d x16=%d add=%d splits=%d\n", c.name, kernel_label(c), c.N, c.K, c.M,
+                        c.x16, c.add,
                         c.splits > 0 ? c.splits
-                        : (c.type == kQ4_K && c.x16 && !c.tiled) || c.q6frag
-                            ? std::min(qgemm_splits(c.N, c.K, c.M), c.K / 256)
-                            : qgemm_splits(c.N, c.K, c.M));
+                        : frag(c)    ? std::min(qgemm_splits(c.N, c.K, c.M), c.K / 256)
+                                     : qgemm_splits(c.N, c.K, c.M));
     }
     std::printf("qgemm: %zu cases, %d disagree\n", cases.size(), bad);
     return bad ? 1 : 0;

@@ -97,26 +97,25 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     // V, gate, up, output) has a plain type, or with --matvec-single a quantized one the
     // single-vector kernel takes (it stages the activations once a block); the batched kernel's
     // per-block norm costs more than it saves on quantized rows (docs/benchmarks.md).
-    auto fusable = [&](const DevMatrix& m) {
-        const bool single = m.type == kQ4_K || m.type == kQ6_K || m.type == kQ8_0;
-        return m.type == kF16 || m.type == kBF16 || m.type == kF32 || (single && opts.matvec_single);
-    };
-    fuse_norm_ = fusable(dm_->output);
-    for (const auto& L : dm_->layers)
-        for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up}) fuse_norm_ = fuse_norm_ && fusable(*m);
     // Two-row steps too, where each of those matrices takes the single-vector kernel's
     // two-vector launch (its per-vector norm); the batched kernel would recompute it a block.
-    auto two = [](const DevMatrix& m) {
+    auto single = [&](const DevMatrix& m, int nb) {
         MatvecArgs a;
         a.type = m.type;
         a.cols = static_cast<int32_t>(m.cols);
-        a.nb = 2;
-        a.single = true;
+        a.nb = nb;
+        a.single = opts.matvec_single;
         return matvec1_takes(a);
     };
-    fuse_norm2_ = opts.matvec_single && fuse_norm_ && two(dm_->output);
+    auto plain = [](const DevMatrix& m) { return m.type == kF16 || m.type == kBF16 || m.type == kF32; };
+    fuse_norm_ = fuse_norm2_ = true;
+    auto fold = [&](const DevMatrix& m) {
+        fuse_norm_ = fuse_norm_ && (plain(m) || single(m, 1));
+        fuse_norm2_ = fuse_norm2_ && single(m, 2);
+    };
+    fold(dm_->output);
     for (const auto& L : dm_->layers)
-        for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up}) fuse_norm2_ = fuse_norm2_ && two(*m);
+        for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up}) fold(*m);
 
     d_ = hp.n_embd;
     nq_ = int64_t{hp.n_head} * hp.head_dim;
