@@ -13,6 +13,7 @@
 
 #include "gateway/choice.hpp"
 #include "gateway/grammar_spec.hpp"
+#include "gateway/off_io.hpp"
 #include "gateway/response_json.hpp"
 #include "gateway/sampling_params.hpp"
 #include "gateway/server.hpp"
@@ -66,16 +67,16 @@ void check_against_engine(const GenerationRequest& g, const protocol::Hello& h) 
                        "n");
 }
 
-// The validated request, or the error to answer with (503 while the engine is not ready).
-std::variant<GenerationRequest, ApiError> build_request(App& app, const std::string& body, Endpoint endpoint) {
-    if (!app.engine->ready())
-        return ApiError(503, "the engine is not ready; retry shortly", "", "engine_unavailable", "server_error");
+// The validated request, or the error to answer with. Runs on a prep thread
+// (gateway/off_io.hpp): it reads only `ctx`, `hello` (copies made on the io thread) and the
+// immutable tokenizer and chat renderer that `ctx` points to.
+std::variant<GenerationRequest, ApiError> build_request(const ModelContext& ctx, const protocol::Hello& hello,
+                                                        const std::string& body, Endpoint endpoint) {
     try {
-        const ModelContext ctx = app.model_context();
         GenerationRequest g = endpoint == Endpoint::ChatCompletions ? build_chat_request(body, ctx)
                               : endpoint == Endpoint::Responses     ? build_responses_request(body, ctx)
                                                                     : build_completion_request(body, ctx);
-        check_against_engine(g, app.engine->hello());
+        check_against_engine(g, hello);
         if (g.constraint) g.sampling.grammar = grammar_spec(*g.constraint);  // 400 for what cannot be enforced
         return g;
     } catch (const ApiError& e) { return e; }
@@ -123,7 +124,16 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
                                         const http::request<http::string_body>& req, Endpoint endpoint, bool& started) {
     const unsigned version = req.version();
     const bool keep = req.keep_alive();
-    auto built = build_request(app, req.body(), endpoint);
+    if (!app.engine->ready()) {
+        const ApiError e(503, "the engine is not ready; retry shortly", "", "engine_unavailable", "server_error");
+        co_await write_json(stream, static_cast<http::status>(e.status), error_body(e), keep, version);
+        co_return true;
+    }
+    // Parsing, the chat template and tokenization off the io thread; the engine may stop
+    // meanwhile, and then submit() fails each choice as it would a moment later.
+    const ModelContext ctx = app.model_context();
+    const protocol::Hello hello = app.engine->hello();
+    auto built = co_await run_off_io(app.prep.get(), [&] { return build_request(ctx, hello, req.body(), endpoint); });
     if (const auto* e = std::get_if<ApiError>(&built)) {
         co_await write_json(stream, static_cast<http::status>(e->status), error_body(*e), keep, version);
         co_return true;

@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);  // a dead engine or client must not kill the gateway
     ensure_std_fds();
     std::string model, engine, host, model_id, api_key, api_key_file, engine_log, tool_parser, reasoning_parser;
-    int port = 8080, ctx = 0, restart_limit = 5;
+    int port = 8080, ctx = 0, restart_limit = 5, prep_threads = 4;
     size_t max_body = 8u << 20;
     double request_timeout = 0, shutdown_timeout = 30, write_timeout = 30, ping_interval = 5, ping_timeout = 10;
     std::vector<std::string> engine_args;
@@ -133,6 +133,9 @@ int main(int argc, char** argv) {
         "engine-restart-limit", po::value(&restart_limit)->default_value(5),
         "engines dying young (before HELLO or within 3 s of it) this many times in a row make /health report "
         "'unhealthy' (restarts go on, the delay doubling from 200 ms to 30 s)")(
+        "prep-threads", po::value(&prep_threads)->default_value(4),
+        "threads that parse requests, render chat templates and tokenize prompts, so that a long prompt does not "
+        "stall the other streams on the io thread (0: do it on the io thread)")(
         "engine-log", po::value(&engine_log), "write every protocol line to this file ('> ' sent, '< ' received)")(
         "tool-parser", po::value(&tool_parser)->default_value("auto"),
         ("syntax of the model's tool calls: auto (from its chat template) or one of " + tool_family_names()).c_str())(
@@ -152,8 +155,10 @@ int main(int argc, char** argv) {
         std::cout << opts << "\n";
         return 0;
     }
-    if (model.empty() || port < 0 || port > 65535 || ctx < 0 || restart_limit < 1) {
-        std::cerr << "loom-gateway: --model is required (and --port in 0..65535, --engine-restart-limit >= 1)\n"
+    if (model.empty() || port < 0 || port > 65535 || ctx < 0 || restart_limit < 1 || prep_threads < 0 ||
+        prep_threads > 256) {
+        std::cerr << "loom-gateway: --model is required (and --port in 0..65535, --engine-restart-limit >= 1, "
+                     "--prep-threads in 0..256)\n"
                   << opts << "\n";
         return 2;
     }
@@ -201,6 +206,7 @@ int main(int argc, char** argv) {
     app.opts.request_timeout = seconds(request_timeout, "request-timeout");
     app.opts.model_id = model_id.empty() ? std::filesystem::path(model).stem().string() : model_id;
     app.created = static_cast<int64_t>(std::time(nullptr));
+    if (prep_threads > 0) app.prep = std::make_unique<asio::thread_pool>(static_cast<size_t>(prep_threads));
     try {
         // The gateway reads only the vocabulary; the engine maps the weights.
         auto file = loom::model::GgufFile::open(model);
@@ -291,6 +297,10 @@ int main(int argc, char** argv) {
     io.run();
     cancel_preload = true;
     preload.join();
+    if (app.prep) {  // a request being prepared ends; its coroutine is destroyed with the io_context
+        app.prep->stop();
+        app.prep->join();
+    }
     app.engine->stop();
     return exit_code;
 }

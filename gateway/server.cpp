@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "gateway/json_input.hpp"
+#include "gateway/off_io.hpp"
 #include "gateway/quote.hpp"
 #include "gateway/response_json.hpp"
 #include "gateway/serving_chat.hpp"
@@ -79,8 +80,11 @@ std::string models_body(const App& app, bool single) {
 
 // POST /tokenize {"model"?, "prompt" | "messages", "add_special_tokens"?} ->
 // {"count", "max_model_len", "tokens"}; POST /detokenize {"model"?, "tokens"} -> {"prompt"}
-// (vLLM's extension endpoints). Throws ApiError(400) on bad input.
-std::string tokenize_body(const App& app, const std::string& body, bool detokenize) {
+// (vLLM's extension endpoints). Throws ApiError(400) on bad input. Runs on a prep thread
+// (gateway/off_io.hpp): besides the immutable options, tokenizer and chat renderer it reads
+// only `ctx` and `max_model_len` (0 while no engine runs), made on the io thread.
+std::string tokenize_body(const App& app, const ModelContext& ctx, int64_t max_model_len, const std::string& body,
+                          bool detokenize) {
     rapidjson::Document d;
     parse_json_body(d, body);
     if (!d.IsObject()) throw ApiError(400, "the request body must be a JSON object");
@@ -118,7 +122,6 @@ std::string tokenize_body(const App& app, const std::string& body, bool detokeni
             // `chat_template_kwargs` (with `reasoning_effort`, checked as chat checks them)
             // and `add_generation_prompt`, so that `count` equals that request's
             // usage.prompt_tokens.
-            const ModelContext ctx = app.model_context();
             const OutputRequest out = parse_output_request(d, true, ctx.chat_format, ctx.chat_template);
             text = render_chat_prompt(d, ctx, &out.template_kwargs);
             add_special = add_special && !app.chat->has_template();
@@ -129,7 +132,7 @@ std::string tokenize_body(const App& app, const std::string& body, bool detokeni
         w.Key("count");
         w.Int64(static_cast<int64_t>(ids.size()));
         w.Key("max_model_len");
-        w.Int64(app.engine->ready() ? app.engine->hello().n_ctx : 0);
+        w.Int64(max_model_len);
         w.Key("tokens");
         w.StartArray();
         for (int32_t id : ids) w.Int(id);
@@ -266,8 +269,12 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
     } else {  // /tokenize, /detokenize
         std::optional<ApiError> err;
         std::string out;
+        const ModelContext ctx = app.model_context();
+        const int64_t max_model_len = app.engine->ready() ? app.engine->hello().n_ctx : 0;
+        const bool detokenize = path == "/detokenize";
         try {
-            out = tokenize_body(app, req.body(), path == "/detokenize");
+            out = co_await run_off_io(app.prep.get(),
+                                      [&] { return tokenize_body(app, ctx, max_model_len, req.body(), detokenize); });
         } catch (const ApiError& e) { err = e; }
         if (err) co_await write_error(stream, *err, keep, version);
         else co_await write_json(stream, http::status::ok, std::move(out), keep, version);

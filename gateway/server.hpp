@@ -45,8 +45,9 @@ struct Connections {
     size_t busy() const;
 };
 
-/// Everything a request handler needs, shared by all connections (one thread): the
-/// options, the model's tokenizer and chat renderer, and the engine.
+/// Everything a request handler needs, shared by all connections (one io thread): the
+/// options, the model's tokenizer and chat renderer, and the engine. Only `tokenizer` and
+/// `chat` (immutable once loaded) are read by the `prep` threads too.
 struct App {
     ServerOptions opts;
     std::unique_ptr<model::Tokenizer> tokenizer;
@@ -58,6 +59,10 @@ struct App {
     uint64_t next_response = 1;
     std::shared_ptr<Connections> connections = std::make_shared<Connections>();
     std::unique_ptr<tcp::acceptor> acceptor;
+    /// Threads that prepare requests (parse, render, tokenize, compile grammars) off the io
+    /// thread (gateway/off_io.hpp; --prep-threads); null: on the io thread. Declared last, so
+    /// that it is joined before the members its tasks read are destroyed.
+    std::unique_ptr<asio::thread_pool> prep;
 
     /// ModelContext for request validation (valid once the engine is ready).
     ModelContext model_context() const;

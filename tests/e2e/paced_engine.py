@@ -10,7 +10,7 @@ a request ends with DONE ... length after max_tokens (default 16). CANCEL ends o
 DONE ... cancelled. Sleeping, not computing, sets the pace, so the ITL it offers does
 not depend on how busy the machine is.
 
-Options: --model M (ignored), --step S, --n-vocab N (default 512),
+Options: --model M (ignored), --step S, --n-vocab N (default 512), --n-ctx N (default 2048),
   --first-token-delay S   a request's first token comes S seconds after its GEN (a queue
                           or a long prefill), instead of at the next step
   --cached-tokens N       DONE lines carry cached_tokens=min(N, prompt tokens), as an
@@ -30,12 +30,13 @@ def main():
     args = sys.argv[1:]
     step = float(opt(args, "--step", "0.005"))
     n_vocab = int(opt(args, "--n-vocab", "512"))
+    n_ctx = int(opt(args, "--n-ctx", "2048"))
     first_delay = float(opt(args, "--first-token-delay", "0"))
     cached = opt(args, "--cached-tokens", None)
     out = sys.stdout
-    out.write("HELLO loom/1 engine=paced-engine backend=cpu model=paced n_vocab=%d n_ctx=2048 bos=1 eos=2 eog=2 "
+    out.write("HELLO loom/1 engine=paced-engine backend=cpu model=paced n_vocab=%d n_ctx=%d bos=1 eos=2 eog=2 "
               "caps=logprobs,allowed,cancel,prompt_logprobs,penalties,logit_bias,processed_logprobs,seed "
-              "max_logprobs=20\n" % n_vocab)
+              "max_logprobs=20\n" % (n_vocab, n_ctx))
     out.flush()
     active = {}  # id -> [prompt_tokens, generated, max_tokens, K or None, next token, not before]
     order = []
@@ -53,15 +54,19 @@ def main():
             pending += data
             *lines, pending = pending.split(b"\n")
         for raw in lines:
-            parts = raw.decode().split()
+            # The prompt's ids are counted, not parsed: a prompt of 100K tokens takes well under a
+            # millisecond, so that it does not hold up the pace (a real engine reads on a thread).
+            parts = [p for p in raw.split(b" ") if p]
             if not parts:
                 continue
+            parts = [p if p.startswith(b"prompt=") else p.decode() for p in parts]
             if parts[0] == "GEN":
-                kv = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
+                kv = dict(p.split("=", 1) for p in parts[2:] if isinstance(p, str) and "=" in p)
+                prompt_len = next(p.count(b",") + 1 for p in parts if isinstance(p, bytes))
                 k = int(kv["logprobs"]) if "logprobs" in kv else None
                 if not active:
                     next_step = time.monotonic() + step
-                active[parts[1]] = [len(kv["prompt"].split(",")), 0, int(kv.get("max_tokens", 16)), k,
+                active[parts[1]] = [prompt_len, 0, int(kv.get("max_tokens", 16)), k,
                                     259 + len(order) % 253, time.monotonic() + first_delay]
                 order.append(parts[1])
             elif parts[0] == "CANCEL" and parts[1] in active:
