@@ -18,7 +18,8 @@
 # NCU=0 (the steps), then PARTS= NCU=1 DATA=... (the profiles and the shared models).
 # BIN holds loom-gpu-bench, loom-gpu-matvec-test, loom-gpu-qgemm-test, loom-make-model (and
 # loom-engine-cuda, loom-engine-cpu with DATA; BIN/lib, as tools/gpu_check.sh takes it);
-# BASE_BIN adds another build's default path.
+# BASE_BIN adds another build's default path. P1_VARIANTS, P2_VARIANTS replace the variant lists of
+# parts 1 and 2 (names as in steps() below), e.g. to fit one call.
 # Results: $OUT/summary.txt (tests, step medians per variant, Nsight Compute lines), steps-*.log.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -56,9 +57,11 @@ steps() {
 }
 for part in ${PARTS-1 2}; do
   if [ "$part" = 1 ]; then
-    steps 1 1,2 default single s22 s23 s41 s42 ${BASE_BIN:+base} default single
+    # shellcheck disable=SC2086
+    steps 1 1,2 ${P1_VARIANTS:-default single s22 s23 s41 s42 ${BASE_BIN:+base} default single}
   else
-    steps 2 4,8,16,32,64 default q6frag default q6frag
+    # shellcheck disable=SC2086
+    steps 2 4,8,16,32,64 ${P2_VARIANTS:-default q6frag default q6frag}
   fi
 done
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
