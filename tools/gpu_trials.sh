@@ -9,13 +9,13 @@
 # with loom-gpu-matvec-test (every launch shape) and loom-gpu-qgemm-test first, the random 8B
 # Q4_K_M model generated into /dev/shm, decode steps (loom-gpu-bench --step-rows: the median of 9
 # and a per-operation profile) with the default run again at the end (run-to-run spread), and
-# Nsight Compute on the first layers' kernels of each pair.
-# With DATA=DIR (the shared models and references, as tools/gpu_check.sh takes it) the shared
-# models are then checked with both flags on (tools/gpu_check.sh small: the F32 KV pool, against
+# with DATA=DIR (the shared models and references, as tools/gpu_check.sh takes it) the shared
+# models checked with both flags on (tools/gpu_check.sh small: the F32 KV pool, against
 # the references and loom-engine-cpu).
 # Usage: BIN=DIR [OUT=DIR] [BASE_BIN=DIR] [DATA=DIR] [PARTS="1 2"] [NCU=1] bash tools/gpu_trials.sh
-# Everything takes about 12 minutes; under a 10-minute limit per call, split it: PARTS="1 2"
-# NCU=0 (the steps), then PARTS= NCU=1 DATA=... (the profiles and the shared models).
+# The steps, then the shared models, then the profiles: never timed as a whole (an estimate of 12
+# minutes; a call cut short keeps what came first). Under a 10-minute limit PARTS="1 2" NCU=0
+# DATA=... then PARTS= NCU=1 split it.
 # BIN holds loom-gpu-bench, loom-gpu-matvec-test, loom-gpu-qgemm-test, loom-make-model (and
 # loom-engine-cuda, loom-engine-cpu with DATA; BIN/lib, as tools/gpu_check.sh takes it);
 # BASE_BIN adds another build's default path. P1_VARIANTS, P2_VARIANTS replace the variant lists of
@@ -52,7 +52,7 @@ steps() {
       base) bench="$BASE_BIN/loom-gpu-bench" ;;
     esac
     env "${env[@]}" timeout 120 "$bench" "${args[@]}" >"$OUT/steps-$i-$v.log" 2>&1
-    echo "part $part, $i $v: $(grep '^decode step' "$OUT/steps-$i-$v.log" | sed 's/ (.*//' | tr '\n' ' ')" >>"$S"
+    echo "$(date +%T) part $part, $i $v: $(grep '^decode step' "$OUT/steps-$i-$v.log" | sed 's/ (.*//' | tr '\n' ' ')" >>"$S"
   done
 }
 for part in ${PARTS-1 2}; do
@@ -64,6 +64,11 @@ for part in ${PARTS-1 2}; do
     steps 2 4,8,16,32,64 ${P2_VARIANTS:-default q6frag default q6frag}
   fi
 done
+if [ -n "${DATA:-}" ]; then
+  SMALL_EXTRA="--engine-arg=--matvec-single --engine-arg=--decode-gemm-q6-frag" OUT="$OUT/small" BIN="$BIN" \
+    DATA="$DATA" bash tools/gpu_check.sh small >"$OUT/small.log" 2>&1
+  sed -n '/==== summary/,$p' "$OUT/small.log" >>"$S"
+fi
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   # name|kernel regex|bench arguments
   for p in "single|matvec1_kernel|--step-rows 1 --matvec-single" "batched|matvec_kernel|--step-rows 1" \
@@ -77,10 +82,5 @@ if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
     grep -E "$k|Duration|DRAM Throughput|Executed Instructions  |Achieved Occupancy|Issued Warp|Registers Per" \
       "$OUT/ncu-$name.txt" | head -80 >>"$S"
   done
-fi
-if [ -n "${DATA:-}" ]; then
-  SMALL_EXTRA="--engine-arg=--matvec-single --engine-arg=--decode-gemm-q6-frag" OUT="$OUT/small" BIN="$BIN" \
-    DATA="$DATA" bash tools/gpu_check.sh small >"$OUT/small.log" 2>&1
-  sed -n '/==== summary/,$p' "$OUT/small.log" >>"$S"
 fi
 cat "$S"
