@@ -46,30 +46,33 @@ asio::awaitable<bool> SseWriter::header(unsigned version) {
     co_return after_write(ec);
 }
 
-asio::awaitable<bool> SseWriter::event(const std::string& data) {
-    std::string payload = "data: " + data + "\n\n";
+template <class Buffers>
+asio::awaitable<bool> SseWriter::write(const Buffers& chunk) {
     boost::system::error_code ec;
+    tcp::socket& sock = s_.socket();
+    if (!sock.non_blocking()) sock.non_blocking(true, ec);  // write_some below must not block
+    const size_t n = ec ? 0 : sock.write_some(chunk, ec);
+    if (!ec && n == beast::buffer_bytes(chunk)) co_return true;
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) co_return false;  // the client is gone
+    beast::buffers_suffix<Buffers> rest(chunk);
+    rest.consume(n);
+    ec = {};
     s_.expires_after(timeout_);
-    co_await asio::async_write(s_, http::make_chunk(asio::buffer(payload)),
-                               asio::redirect_error(asio::use_awaitable, ec));
+    co_await asio::async_write(s_, rest, asio::redirect_error(asio::use_awaitable, ec));
     co_return after_write(ec);
+}
+
+asio::awaitable<bool> SseWriter::event(const std::string& data) {
+    const std::string payload = "data: " + data + "\n\n";
+    co_return co_await write(http::make_chunk(asio::buffer(payload)));
 }
 
 asio::awaitable<bool> SseWriter::event(const std::string& name, const std::string& data) {
-    std::string payload = "event: " + name + "\ndata: " + data + "\n\n";
-    boost::system::error_code ec;
-    s_.expires_after(timeout_);
-    co_await asio::async_write(s_, http::make_chunk(asio::buffer(payload)),
-                               asio::redirect_error(asio::use_awaitable, ec));
-    co_return after_write(ec);
+    const std::string payload = "event: " + name + "\ndata: " + data + "\n\n";
+    co_return co_await write(http::make_chunk(asio::buffer(payload)));
 }
 
-asio::awaitable<bool> SseWriter::end() {
-    boost::system::error_code ec;
-    s_.expires_after(timeout_);
-    co_await asio::async_write(s_, http::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));
-    co_return after_write(ec);
-}
+asio::awaitable<bool> SseWriter::end() { co_return co_await write(http::make_chunk_last()); }
 
 bool SseWriter::after_write(const boost::system::error_code& ec) {
     s_.expires_never();

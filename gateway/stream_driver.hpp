@@ -38,7 +38,12 @@ public:
     asio::awaitable<bool> end();
 
 private:
-    // Arms the write timeout for one write; returns false (logging a timeout) when it failed.
+    // Writes one chunk: first a non-blocking send, which takes a whole event in one system call
+    // and no timer while the socket's send buffer has room (nearly always); what it leaves (a
+    // client that reads slowly) goes by async_write under the write timeout. False when it failed.
+    template <class Buffers>
+    asio::awaitable<bool> write(const Buffers& chunk);
+    // Ends a write that ran under the timeout; returns false (logging a timeout) when it failed.
     bool after_write(const boost::system::error_code& ec);
 
     beast::tcp_stream& s_;

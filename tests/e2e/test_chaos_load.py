@@ -2,7 +2,9 @@
 their headers while a normal client is served at once; a storm of 200 streams that
 disconnect, after which the engine is idle and both processes hold the file
 descriptors they held before; a reader that stops reading a fast stream, whose
-request is cancelled after --write-timeout while the gateway's memory stays bounded.
+request is cancelled after --write-timeout while the gateway's memory stays bounded;
+a reader that reads slowly, which gets every event whole (the SSE writes that the
+socket does not take at once finish asynchronously, gateway/stream_driver.cpp).
 """
 import asyncio
 import json
@@ -235,6 +237,55 @@ class SlowReader(unittest.TestCase):
             st, out = gw.post("/v1/completions", {"model": NAME, "prompt": "Once", "max_tokens": 2})
             self.assertEqual(st, 200, out)
             wait_until(lambda: len(procwatch.fds(gw.pid)) <= fds0, timeout=10, what="the descriptors back")
+        finally:
+            gw.stop()
+
+    def test_reader_that_reads_slowly_gets_every_event(self):
+        # 3,000 tokens of about 2 KB of SSE each (6 MB, more than the send buffer takes) to a
+        # client with a 4 KiB receive buffer that reads in small pieces: most writes do not fit
+        # at once and finish later, in order, within the write timeout.
+        tokens = 3000
+        gw = Gateway(MODEL, "--write-timeout", "20", "--engine-arg=--tokens", "--engine-arg=%d" % tokens,
+                     "--engine-arg=--top", "--engine-arg=20", "--engine-arg=--n-ctx", "--engine-arg=100000",
+                     engine=FAKE)
+        try:
+            gw.wait_ready()
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", gw.port))
+            body = {"model": NAME, "messages": [{"role": "user", "content": "Once upon a time"}],
+                    "max_tokens": tokens, "logprobs": True, "top_logprobs": 20, "stream": True}
+            s.sendall(request_bytes("POST", "/v1/chat/completions", body))
+            s.settimeout(60)
+            time.sleep(0.5)  # let the send buffer fill first
+            data = b""
+            deadline = time.time() + 120
+            while not data.endswith(b"0\r\n\r\n") and time.time() < deadline:
+                piece = s.recv(2048)
+                if not piece:
+                    break
+                data += piece
+                if len(data) % 65536 < 2048:
+                    time.sleep(0.001)
+            s.close()
+            head, _, rest = data.partition(b"\r\n\r\n")
+            self.assertTrue(head.startswith(b"HTTP/1.1 200"), head[:200])
+            events, pos = [], 0
+            while True:  # chunked transfer coding: every chunk whole and in order
+                line_end = rest.index(b"\r\n", pos)
+                size = int(rest[pos:line_end], 16)
+                if size == 0:
+                    break
+                chunk = rest[line_end + 2:line_end + 2 + size]
+                self.assertEqual(rest[line_end + 2 + size:line_end + 4 + size], b"\r\n")
+                events.append(chunk)
+                pos = line_end + 4 + size
+            self.assertEqual(events[-1], b"data: [DONE]\n\n")
+            got = [json.loads(e[6:]) for e in events[:-1]]
+            entries = [c for g in got for ch in g["choices"] for c in (ch.get("logprobs") or {}).get("content") or []]
+            self.assertEqual(len(entries), tokens)
+            self.assertTrue(all(len(c["top_logprobs"]) == 20 for c in entries))
+            self.assertEqual(got[-1]["choices"][0]["finish_reason"], "length")
         finally:
             gw.stop()
 
