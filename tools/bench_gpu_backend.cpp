@@ -213,8 +213,7 @@ int main(int argc, char** argv) {
         else if (a == "--decode-gemm-rows") opts.decode_gemm_rows = next();
         else if (a == "--decode-gemm-f16") opts.decode_gemm_f16 = true;
         else if (a == "--decode-gemm-tiled") opts.decode_gemm_tiled = true;
-        else if (a == "--matvec-single") opts.matvec_single = true;
-        else if (a == "--decode-gemm-q6-frag") opts.decode_gemm_q6_frag = true;
+        else if (a == "--no-matvec-single") opts.matvec_single = false;
         else {
             std::fprintf(stderr, "loom-gpu-bench: unknown option %s\n", a.c_str());
             return 2;
@@ -239,7 +238,7 @@ int main(int argc, char** argv) {
             "[--matvec-rows N] [--tiled-prefill-attn | --gemm-prefill-attn | --gemm16-prefill-attn | "
             "--flash-prefill-attn] "
             "[--ctx N] [--prefill-list N,N,...] [--step-rows N,N,...] [--step-logprobs K] [--decode-gemm-rows N] "
-            "[--decode-gemm-f16] [--decode-gemm-tiled] [--matvec-single] [--decode-gemm-q6-frag]\n");
+            "[--decode-gemm-f16] [--decode-gemm-tiled] [--no-matvec-single]\n");
         return 2;
     }
     const double bw = copy_bandwidth();

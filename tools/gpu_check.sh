@@ -21,7 +21,7 @@
 # F32 KV pool (--kv-f32) against the tolerances of the CPU engine, small16 the default F16
 # pool against its own, exact every product in F32 (--batch-invariant --kv-f32) against the
 # CPU engine at 2e-3 for every model, the quantized ones included (SMALL_EXTRA adds check_gpu.py
-# options to these three stages, e.g. "--engine-arg=--matvec-single"). bench also times the variants in $BENCH_VARIANTS (bench_gpu.py
+# options to these three stages, e.g. "--engine-arg=--no-matvec-single"). bench also times the variants in $BENCH_VARIANTS (bench_gpu.py
 # --variant NAME:ARGS: the F32 pool and --batch-invariant by default); BENCH_SKIP_GATEWAY=1
 # leaves out the gateway figures. sass writes the single-row matvec kernels' machine code and
 # opcode counts; ncu profiles a few decode matvecs (Nsight Compute, clocks left alone;

@@ -162,9 +162,10 @@ class GpuEmulator(unittest.TestCase):
 
     def test_long_rows_every_decode_path(self):
         # Rows of several chunks per thread and several row groups per block (ffn_down has 4352
-        # columns), which no shared model has: the default matvec path, the fixed 8-vector tiling
-        # (--batch-invariant), RoPE outside the QKV matvec, the single-vector kernel for the
-        # quantized rows (--matvec-single; F16 runs its default), and the tensor-core decode GEMM
+        # columns), which no shared model has: the default matvec path (one quantized row: the
+        # single-vector kernel, RMSNorm and RoPE fused), the batched kernel for it
+        # (--no-matvec-single; F16 runs its default), the fixed 8-vector tiling
+        # (--batch-invariant), RoPE outside the QKV matvec, and the tensor-core decode GEMM
         # for the 5-token prompt (its tile kernel: the emulator's GEMM input is F32, and the
         # fragment kernels, which take F16 activations, are loom-gpu-qgemm-test's), against the
         # CPU engine. The GEMM rounds weights and activations to F16, as the cuBLAS path does on
@@ -178,9 +179,9 @@ class GpuEmulator(unittest.TestCase):
                            "--vocab", "1000", "--type", t, "--seed", "7")
                 want = generate(CPU, model, cases)["c0"]
                 tc = ["--decode-gemm-rows", "64", "--matvec-rows", "1", "--decode-gemm-f16"]
-                single = ["--matvec-single"]  # Q4_K and Q6_K rows, RMSNorm and RoPE fused
-                for extra in ([[], single, tc] if SANITIZED else
-                              [[], ["--batch-invariant"], ["--no-fuse-rope"], single, tc]):
+                batched = ["--no-matvec-single"]  # Q4_K and Q6_K rows after a separate RMSNorm
+                for extra in ([[], batched, tc] if SANITIZED else
+                              [[], ["--batch-invariant"], ["--no-fuse-rope"], batched, tc]):
                     with self.subTest(type=t, args=extra):
                         got = generate(EMU, model, cases, ["--kv-f32", *extra])["c0"]
                         self.assertEqual([s[0] for s in got], [s[0] for s in want])
@@ -189,12 +190,12 @@ class GpuEmulator(unittest.TestCase):
                         if extra == tc:  # the F16 operands show: the prompt did go through the kernel
                             self.assertGreater(worst, 1e-6)
                 if t == "q4_k_m":
-                    # Two requests decoding together: two-vector launches of the single-vector
-                    # kernel (RMSNorm fused per vector, RoPE and the K/V store at each vector's
-                    # own position).
-                    two = cases + [{"prompt_ids": [1, 7, 3], "steps": [0] * 4}]
+                    # Two requests decoding together, then one alone (the second ends first): the
+                    # batched kernel's two-vector launches (RoPE and the K/V store at each
+                    # vector's own position), then the single-vector kernel on the same cache.
+                    two = cases + [{"prompt_ids": [1, 7, 3], "steps": [0] * 2}]
                     want2 = generate(CPU, model, two)
-                    got2 = generate(EMU, model, two, ["--kv-f32", "--matvec-single"])
+                    got2 = generate(EMU, model, two, ["--kv-f32"])
                     for cid in want2:
                         self.assertEqual([s[0] for s in got2[cid]], [s[0] for s in want2[cid]], cid)
                         worst = max(abs(v - g[1].get(tok, -9999.0))  # a token missing from the top 20 fails

@@ -1,7 +1,7 @@
 // loom-gpu-matvec-test: the decode matvec (kernels.hpp matvec, k_matvec.cu's batched kernel)
 // against a float64 product on the host, for F16, BF16, Q8_0, Q4_K and Q6_K weights at odd
-// sizes: 1-4 activation vectors (the 1-, 2- and 4-vector instantiations; one and two quantized
-// vectors through the single-vector kernel, k_matvec1.cu, and through the batched one), and 3
+// sizes: 1-4 activation vectors (the 1-, 2- and 4-vector instantiations; one quantized vector
+// through the single-vector kernel, k_matvec1.cu, and through the batched one), and 3
 // through the fixed 8-vector tiling (fixed_tiling); weight rows that are not a multiple of the kernel's rows
 // a block (7, 130, 255); rows of one to 17 blocks, and 16-bit rows of 200 columns (a partial last chunk); plain stores,
 // residual adds, the fused RMSNorm, and SwiGLU over two segments; activations of ordinary size,
@@ -159,9 +159,8 @@ int main() {
         for (int v = 0; v < 3; ++v) {
             const bool fixed = v == 1, single = v == 2;
             if (fixed && c.nb != 3) continue;  // the 8-vector tiling with 3 of its 8 used
-            // One or two quantized vectors: the batched kernel (v = 0) and the single-vector one
-            // (two vectors of ffn_down width, 4,352 columns, also fit its shared memory).
-            if (single && (c.nb > 2 || (c.type != kQ4_K && c.type != kQ6_K && c.type != kQ8_0))) continue;
+            // One quantized vector: the batched kernel (v = 0) and the single-vector one.
+            if (single && (c.nb > 1 || (c.type != kQ4_K && c.type != kQ6_K && c.type != kQ8_0))) continue;
             ++n;
             if (!run_case(c, fixed, single, rng)) ++bad;
         }

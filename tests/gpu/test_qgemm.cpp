@@ -63,7 +63,8 @@ void q4k_f16_weights(const uint8_t* gg, int K, float* w) {
 }
 
 // The weights of GGUF Q6_K rows (ggml-quants.c block_q6_K: ql[128], qh[64], int8 scales[16],
-// d) as the fragment kernel rounds them: f16(f16(d * sc) * (q - 32)).
+// d) as the fragment kernel rounds them: with d * sc = hi + lo (F16 parts),
+// f16(fma(q - 32, hi, f16((q - 32) * lo))).
 void q6k_f16_weights(const uint8_t* gg, int K, float* w) {
     for (int b = 0; b < K / 256; ++b) {
         const uint8_t* blk = gg + 210 * b;
@@ -75,8 +76,10 @@ void q6k_f16_weights(const uint8_t* gg, int K, float* w) {
                 for (int k = 0; k < 4; ++k) {  // dequantize_row_q6_K's q1..q4
                     const int lo = ql[64 * n + l + 32 * (k % 2)] >> (4 * (k / 2)) & 0xF;
                     const int q = lo | ((qh[32 * n + l] >> (2 * k)) & 3) << 4;
-                    const float scale = f16_round(d * static_cast<float>(sc[8 * n + l / 16 + 2 * k]));
-                    w[256 * b + 128 * n + 32 * k + l] = f16_round(scale * static_cast<float>(q - 32));
+                    const float v = d * static_cast<float>(sc[8 * n + l / 16 + 2 * k]);
+                    const float hi = f16_round(v), low = f16_round(v - hi);
+                    const auto qm = static_cast<float>(q - 32);
+                    w[256 * b + 128 * n + 32 * k + l] = f16_round(std::fmaf(qm, hi, f16_round(qm * low)));
                 }
     }
 }

@@ -94,28 +94,21 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     gemm_ = std::make_unique<Gemm>(stream_, opts.own_gemm);
     f16_in_ = gemm_->wants_f16_input();
     // RMSNorm fused into single-row matvecs when every matrix that reads a normalised input (Q, K,
-    // V, gate, up, output) has a plain type, or with --matvec-single a quantized one the
-    // single-vector kernel takes (it stages the activations once a block); the batched kernel's
-    // per-block norm costs more than it saves on quantized rows (docs/benchmarks.md).
-    // Two-row steps too, where each of those matrices takes the single-vector kernel's
-    // two-vector launch (its per-vector norm); the batched kernel would recompute it a block.
-    auto single = [&](const DevMatrix& m, int nb) {
+    // V, gate, up, output) has a plain type or a quantized one the single-vector kernel takes
+    // (it stages the activations once a block); the batched kernel's per-block norm costs more
+    // than it saves on quantized rows (docs/benchmarks.md). The fused norm is most of what the
+    // single-vector kernel gains (2026-12-06: its matvecs took as long as the batched ones).
+    auto takes_norm = [&](const DevMatrix& m) {
+        if (m.type == kF16 || m.type == kBF16 || m.type == kF32) return true;
         MatvecArgs a;
         a.type = m.type;
         a.cols = static_cast<int32_t>(m.cols);
-        a.nb = nb;
         a.single = opts.matvec_single;
         return matvec1_takes(a);
     };
-    auto plain = [](const DevMatrix& m) { return m.type == kF16 || m.type == kBF16 || m.type == kF32; };
-    fuse_norm_ = fuse_norm2_ = true;
-    auto fold = [&](const DevMatrix& m) {
-        fuse_norm_ = fuse_norm_ && (plain(m) || single(m, 1));
-        fuse_norm2_ = fuse_norm2_ && single(m, 2);
-    };
-    fold(dm_->output);
+    fuse_norm_ = takes_norm(dm_->output);
     for (const auto& L : dm_->layers)
-        for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up}) fold(*m);
+        for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.gate, &L.up}) fuse_norm_ = fuse_norm_ && takes_norm(*m);
 
     d_ = hp.n_embd;
     nq_ = int64_t{hp.n_head} * hp.head_dim;

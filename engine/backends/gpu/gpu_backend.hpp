@@ -75,16 +75,14 @@ struct GpuOptions {
     int decode_gemm_rows = -1;
     /// F16 matrices through the decode GEMM too (default: cuBLAS reads them as they are).
     bool decode_gemm_f16 = false;
-    /// Q4_K matrices through the decode GEMM's tile kernel (weights decoded in F32 into shared
-    /// memory) instead of its fragment kernel (k_qgemm_frag.cu, the default): for comparisons.
+    /// Q4_K and Q6_K matrices through the decode GEMM's tile kernel (weights decoded in F32
+    /// into shared memory) instead of its fragment kernel (k_qgemm_frag.cu, the default): for
+    /// comparisons.
     bool decode_gemm_tiled = false;
-    /// Q6_K matrices through the decode GEMM's fragment kernel (k_qgemm_frag.cu) instead of its
-    /// tile kernel. Off by default until it is timed on a GPU.
-    bool decode_gemm_q6_frag = false;
-    /// One- and two-row steps of Q4_K, Q6_K and Q8_0 matrices through the single-vector kernel
+    /// One-row steps of Q4_K, Q6_K and Q8_0 matrices through the single-vector kernel
     /// (k_matvec1.cu, MatvecArgs::single), which fuses RMSNorm, instead of the batched matvec
-    /// kernel after a separate RMSNorm. Off by default until it is timed on a GPU.
-    bool matvec_single = false;
+    /// kernel after a separate RMSNorm (false: --no-matvec-single, for comparisons).
+    bool matvec_single = true;
 };
 
 /// The matvec/GEMM crossover for a model whose FFN matrices have ggml type `ffn_type`: 2 rows
@@ -175,13 +173,10 @@ private:
     AttnShape sh_;
     gpuStream_t stream_ = nullptr;
     std::unique_ptr<Gemm> gemm_;
-    bool f16_in_ = false;      // the GEMMs read F16 copies of their inputs (cuBLAS)
-    bool fuse_norm_ = false;   // RMSNorm fused into single-row matvecs (plain weight types)
-    bool fuse_norm2_ = false;  // and into two-row ones (--matvec-single, two-vector launches)
-    /// Whether a step of T rows fuses RMSNorm into its matvecs (fuse_norm_, fuse_norm2_).
-    bool fuse_norm(int T) const {
-        return !opts_.batch_invariant && fuse_norm_ && (T == 1 || (T == 2 && fuse_norm2_ && mv(2)));
-    }
+    bool f16_in_ = false;     // the GEMMs read F16 copies of their inputs (cuBLAS)
+    bool fuse_norm_ = false;  // RMSNorm fused into single-row matvecs
+    /// Whether a step of T rows fuses RMSNorm into its matvecs (one row, fuse_norm_).
+    bool fuse_norm(int T) const { return !opts_.batch_invariant && fuse_norm_ && T == 1; }
     int64_t d_ = 0;    // n_embd
     int64_t nq_ = 0;   // n_head * head_dim
     int64_t nkv_ = 0;  // n_head_kv * head_dim

@@ -78,7 +78,7 @@ void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat
         const int K = static_cast<int>(m.cols);
         if (tc && qgemm_supports(m.type, m.cols) && (m.type != kF16 || opts_.decode_gemm_f16)) {
             qgemm(m, x32, x16, x16 ? ldx16 : ldx, rows, ys[i], ldy, add, qg_part_, stream_, !opts_.decode_gemm_tiled, 0,
-                  opts_.decode_gemm_q6_frag);
+                  !opts_.decode_gemm_tiled);
             continue;
         }
         if (m.type == kF16 || m.type == kF32) {

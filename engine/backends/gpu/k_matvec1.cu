@@ -1,7 +1,8 @@
 // The single-vector decode matvec for quantized weights (Q4_K, Q6_K, Q8_0): kernels.hpp
-// matvec() takes it for one activation vector (or two where their staged activations fit,
-// matvec1_takes) when MatvecArgs::single is set (the engine's --matvec-single) and
-// fixed_tiling is not.
+// matvec() takes it for one activation vector (matvec1_takes) when MatvecArgs::single is set
+// (the engine's default; --no-matvec-single) and fixed_tiling is not. The kernel is written for
+// NB vectors; only NB = 1 is instantiated (two a launch lost to the batched kernel, 2026-12-06:
+// docs/benchmarks.md).
 //
 // Against the batched kernel (k_matvec.cu), which a warp runs for one chunk of 8 rows and then
 // reduces through shared memory, this kernel stages the activations once a block and lets each
@@ -23,8 +24,6 @@
 // Sources: the GGUF block layouts (ggml-common.h; k_dot.cuh's codecs); CUDA C++ Programming
 // Guide, "Shared Memory" (bank conflicts of 128-bit accesses, served a quarter warp at a time)
 // and "Warp Shuffle Functions"; RMSNorm (Zhang and Sennrich 2019) as rmsnorm() computes it.
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "engine/backends/gpu/k_common.cuh"
@@ -237,49 +236,22 @@ void launch_matvec1(const MatvecArgs& a, gpuStream_t s) {
     LOOM_GPU_CHECK_LAUNCH();
 }
 
-// The launch shape: rows a warp (RW) and blocks an SM asked of the register allocator (MB).
-// Default RW = 2 and MB = 3 for one vector of Q4_K or Q8_0 (80 registers, at most 20 bytes
-// spilled), else MB = 2 (Q6_K: 128 registers, none spilled; two Q4_K vectors: 28 bytes, where
-// three blocks an SM spilled 188); LOOM_MV1=RW,MB (2,2 2,3 4,1 4,2) forces one, for comparisons.
-int matvec1_shape(uint32_t type, int nb) {
-    static const int forced = [] {
-        const char* e = std::getenv("LOOM_MV1");
-        return e && std::strlen(e) == 3 ? 10 * (e[0] - '0') + (e[2] - '0') : 0;
-    }();
-    if (forced == 22 || forced == 23 || forced == 41 || forced == 42) return forced;
-    return type == kQ6_K || nb == 2 ? 22 : 23;
-}
-
-template <uint32_t T, int NB>
-void matvec1_nb(const MatvecArgs& a, gpuStream_t s) {
-    switch (matvec1_shape(T, NB)) {
-        case 22: launch_matvec1<T, 2, 2, NB>(a, s); break;
-        case 41: launch_matvec1<T, 4, 1, NB>(a, s); break;
-        case 42: launch_matvec1<T, 4, 2, NB>(a, s); break;
-        default: launch_matvec1<T, 2, 3, NB>(a, s); break;
-    }
-}
-
+// The launch shape: 2 rows a warp, and blocks an SM asked of the register allocator: 3 for
+// Q4_K and Q8_0 (80 registers, at most 20 bytes spilled), 2 for Q6_K (128 registers, none
+// spilled). On an H100 (2026-12-06, the 8B Q4_K_M step) these beat 2 rows and 2 blocks for
+// every type (4.155 against 3.883 ms), 2 and 3 for every type (3.937), and 4 rows a warp with 1
+// or 2 blocks (4.406, 4.503).
 template <uint32_t T>
 void matvec1_t(const MatvecArgs& a, gpuStream_t s) {
-    if (a.nb == 2) matvec1_nb<T, 2>(a, s);
-    else matvec1_nb<T, 1>(a, s);
+    if constexpr (T == kQ6_K) launch_matvec1<T, 2, 2, 1>(a, s);
+    else launch_matvec1<T, 2, 3, 1>(a, s);
 }
-
-// Two vectors' staged activations at most (bytes): 2 x 40 KiB, so that two blocks an SM keep
-// room; wider rows (ffn_down's 14,336 columns: 2 x 70 KiB) take the batched kernel at nb = 2.
-constexpr size_t kTwoVectorSmem = 80 * 1024;
 
 }  // namespace
 
 bool matvec1_takes(const MatvecArgs& a) {
     const bool type = a.type == kQ4_K || a.type == kQ6_K || a.type == kQ8_0;
-    if (!a.single || !type || a.fixed_tiling || a.cols <= 0 || a.cols % 32 != 0) return false;
-    if (a.nb == 1) return true;
-    const int vf = a.type == kQ4_K   ? vector_floats<kQ4_K>(a.cols)
-                   : a.type == kQ6_K ? vector_floats<kQ6_K>(a.cols)
-                                     : vector_floats<kQ8_0>(a.cols);
-    return a.nb == 2 && 2 * static_cast<size_t>(vf) * sizeof(float) <= kTwoVectorSmem;
+    return a.single && type && !a.fixed_tiling && a.nb == 1 && a.cols > 0 && a.cols % 32 == 0;
 }
 
 void matvec1(const MatvecArgs& a, gpuStream_t s) {

@@ -10,11 +10,14 @@
 //    exact subtraction and one F16x2 FMA n * f16(d * sc) - f16(dmin * m). About 1.8
 //    instructions a weight, against 9 for the tile kernel's F32 decode and shared-memory round
 //    trip.
-//  - Q6_K (Q6Frag, --decode-gemm-q6-frag): lane t takes the groups of ql bytes 64n + 32o..
-//    (n = t / 2, o = t % 2): their low nibbles with qh bits 2o, 2o + 1 (columns 128n + 32o..,
-//    the first group) and their high nibbles with qh bits 2o + 4, 2o + 5 (64 columns further,
-//    the second). A pair of 6-bit quants is assembled from the two, becomes 1024 + q the same
-//    way, q - 32 by one exact subtraction, and is multiplied by f16(d * sc) (one rounding).
+//  - Q6_K (Q6Frag): lane t takes the groups of ql bytes 64n + 32o.. (n = t / 2, o = t % 2):
+//    their low nibbles with qh bits 2o, 2o + 1 (columns 128n + 32o.., the first group) and
+//    their high nibbles with qh bits 2o + 4, 2o + 5 (64 columns further, the second). A pair of
+//    6-bit quants is assembled from the two, becomes 1024 + q the same way, q - 32 by one exact
+//    subtraction. The scale d * sc (exact in F32) is split into F16 parts hi + lo, and the
+//    weight is fma(q - 32, hi, (q - 32) * lo): one rounding of d * sc * (q - 32) to F16 but
+//    for a term 2^-11 of it, as the tile kernel's F32 dequantization rounds it (rounding
+//    d * sc to F16 first moved the wide Q6_K model's logprobs by 1.4e-2 against 1.1e-2).
 //
 // The K order is permuted so that each lane's quants land in its fragment slots: in k-step s
 // (0..15) of a block, A slot j (the pair of columns 2j, 2j + 1 of the step) holds pair s of the
@@ -161,11 +164,13 @@ struct Q6Frag {
         uint2 sc;
         uint32_t d;
     };
-    /// F16x2 scales f16(d * sc) of the first group (f0: pairs 0-7, f1: 8-15) and the second
-    /// (s0, s1), each in both halves, and the right shifts that bring the groups' qh bits to
-    /// bits 0-1 of each byte.
+    /// F16x2 high parts f16(d * sc) of the scales of the first group (f0: pairs 0-7, f1:
+    /// 8-15) and the second (s0, s1), each in both halves; their low parts f16(d * sc - high)
+    /// (lf0, lf1, ls0, ls1); the right shifts that bring the groups' qh bits to bits 0-1 of
+    /// each byte.
     struct Scales {
         uint32_t f0, f1, s0, s1;
+        uint32_t lf0, lf1, ls0, ls1;
         int shf, shs;
     };
     /// Slot j's group: 32-column index 4(j / 2) + j % 2 (first groups of lanes 0-3) or that + 2.
@@ -189,12 +194,22 @@ struct Q6Frag {
     static LOOM_DEV Scales scales(const Raw& r, int t) {
         const int o = t & 1;
         const float d = h2f(static_cast<uint16_t>(r.d));
-        // Scale bytes 2o + i (first group, pairs 8i..) and 2o + 4 + i (second) of sc[8n..].
-        auto sc = [&](uint32_t w, int i) {
+        // Scale bytes 2o + i (first group, pairs 8i..) and 2o + 4 + i (second) of sc[8n..]:
+        // d * sc (F16 times int8, exact in F32) as high and low F16 parts.
+        Scales k;
+        auto sc = [&](uint32_t w, int i, uint32_t& hi, uint32_t& lo) {
             const float v = d * static_cast<float>(static_cast<int8_t>(byte_of(w, 2 * o + i)));
-            return pack2(v, v);
+            const float h = h2f(f2h(v));
+            hi = pack2(h, h);
+            lo = pack2(v - h, v - h);
         };
-        return Scales{sc(r.sc.x, 0), sc(r.sc.x, 1), sc(r.sc.y, 0), sc(r.sc.y, 1), 2 * o, 2 * o + 4};
+        sc(r.sc.x, 0, k.f0, k.lf0);
+        sc(r.sc.x, 1, k.f1, k.lf1);
+        sc(r.sc.y, 0, k.s0, k.ls0);
+        sc(r.sc.y, 1, k.s1, k.ls1);
+        k.shf = 2 * o;
+        k.shs = 2 * o + 4;
+        return k;
     }
     static LOOM_DEV void pairs(const Raw& r, const Scales& k, int s, uint32_t& lo, uint32_t& hi) {
         constexpr uint32_t kLo32 = 0x64206420u;  // (1056, 1056) = 1024 + 32
@@ -204,8 +219,9 @@ struct Q6Frag {
         const uint32_t xh = spread(wi < 4 ? word(r.h0, wi) : word(r.h1, wi - 4), sel);
         const uint32_t qf = (x & 0x000F000Fu) | (((xh >> k.shf) & 0x00030003u) << 4);
         const uint32_t qs = ((x >> 4) & 0x000F000Fu) | (((xh >> k.shs) & 0x00030003u) << 4);
-        lo = h2_mul(h2_sub(qf | kLo, kLo32), s < 8 ? k.f0 : k.f1);
-        hi = h2_mul(h2_sub(qs | kLo, kLo32), s < 8 ? k.s0 : k.s1);
+        const uint32_t nf = h2_sub(qf | kLo, kLo32), ns = h2_sub(qs | kLo, kLo32);  // q - 32, exact
+        lo = h2_fma(nf, s < 8 ? k.f0 : k.f1, h2_mul(nf, s < 8 ? k.lf0 : k.lf1));
+        hi = h2_fma(ns, s < 8 ? k.s0 : k.s1, h2_mul(ns, s < 8 ? k.ls0 : k.ls1));
     }
 };
 

@@ -96,9 +96,9 @@ struct MatvecArgs {
     /// Always run the 8-vector instantiation of the kernel, whatever nb (batch invariance: the
     /// same machine code computes a row for every batch size).
     bool fixed_tiling = false;
-    /// One vector (or two, see matvec1_takes) of Q4_K, Q6_K or Q8_0 weights through the
-    /// single-vector kernel (k_matvec1.cu) instead of the batched one, unless fixed_tiling (the
-    /// engine's --matvec-single; not yet timed on a GPU, so off by default).
+    /// One vector of Q4_K, Q6_K or Q8_0 weights through the single-vector kernel (k_matvec1.cu)
+    /// instead of the batched one, unless fixed_tiling (the engine's default; off with
+    /// --no-matvec-single).
     bool single = false;
     /// What the epilogue does with each segment's rows instead of a plain store: 0 store, 1
     /// rotate by RoPE (adjacent pairs) and store (q), 2 rotate and write to the K cache, 3 write
@@ -113,8 +113,8 @@ struct MatvecArgs {
 void matvec(const MatvecArgs& a, gpuStream_t s);
 
 /// Whether matvec() runs `a` on the single-vector kernel (k_matvec1.cu): `single` set, Q4_K,
-/// Q6_K or Q8_0 weights, not fixed_tiling, and nb == 1, or nb == 2 where both vectors' staged
-/// activations fit in 80 KiB of shared memory (rows of up to about 8,600 columns).
+/// Q6_K or Q8_0 weights, not fixed_tiling, and nb == 1 (two vectors a launch were slower than
+/// the batched kernel on an H100, 2026-12-06, and were dropped).
 bool matvec1_takes(const MatvecArgs& a);
 /// The single-vector kernel for a matvec1_takes() launch; throws GpuError for another type.
 void matvec1(const MatvecArgs& a, gpuStream_t s);
@@ -143,11 +143,12 @@ void gemm_own(const float* A, int64_t lda, const void* W, bool w_f16, int64_t ld
 /// straight into the MMA operands with F16x2 arithmetic, so each weight is rounded as
 /// f16(n * f16(d * sc) - f16(dmin * m))) unless q4_frag is false, when they take the tile kernel
 /// as the other types do (weights decoded in F32 and rounded once to F16). Q6_K weights with F16
-/// activations take it when q6_frag is set (each weight rounded as f16(f16(d * sc) * (q - 32)),
-/// where the tile kernel rounds d * sc * (q - 32) once). `splits` > 0 replaces qgemm_splits's
-/// choice (tests: one split makes a block run through every tile of its rows).
+/// activations take it unless q6_frag is false (each weight rounded as f16(fma(q - 32, hi,
+/// f16((q - 32) * lo))) with d * sc = hi + lo, F16 parts: the tile kernel's one rounding of
+/// d * sc * (q - 32) but for a term 2^-11 of it). `splits` > 0 replaces qgemm_splits's choice
+/// (tests: one split makes a block run through every tile of its rows).
 void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ldx, int M, float* y, int64_t ldy,
-           bool add, float* part, gpuStream_t s, bool q4_frag = true, int splits = 0, bool q6_frag = false);
+           bool add, float* part, gpuStream_t s, bool q4_frag = true, int splits = 0, bool q6_frag = true);
 /// True in builds that have the kernel (CUDA for sm_80 and later, and the emulator); false in
 /// HIP builds, whose decode GEMMs dequantize to F16 first (no mma.sync counterpart used there).
 bool qgemm_available();

@@ -63,14 +63,12 @@ const char* kUsage = LOOM_ENGINE_NAME
     "                         dequantizes in registers; larger steps dequantize to F16 for cuBLAS\n"
     "                         (default 64 in CUDA builds; 0, off, in the emulator; HIP: 0 only)\n"
     "  --decode-gemm-f16      F16 matrices through the decode GEMM too (default: cuBLAS)\n"
-    "  --decode-gemm-tiled    Q4_K matrices through the decode GEMM's shared-memory tile kernel, as\n"
-    "                         the other types, instead of its fragment kernel (for comparisons)\n"
-    "  --decode-gemm-q6-frag  Q6_K matrices through the decode GEMM's fragment kernel (quants decoded\n"
-    "                         straight into the tensor-core operands) instead of its tile kernel\n"
-    "                         (not yet timed on a GPU)\n"
-    "  --matvec-single        one- and two-row steps of Q4_K, Q6_K and Q8_0 matrices through the\n"
-    "                         single-vector matvec kernel, which fuses RMSNorm, instead of the\n"
-    "                         batched kernel after a separate RMSNorm (not yet timed on a GPU)\n";
+    "  --decode-gemm-tiled    Q4_K and Q6_K matrices through the decode GEMM's shared-memory tile\n"
+    "                         kernel, as the other types, instead of its fragment kernel (quants\n"
+    "                         decoded straight into the tensor-core operands; for comparisons)\n"
+    "  --no-matvec-single     one-row steps of Q4_K, Q6_K and Q8_0 matrices through the batched\n"
+    "                         matvec kernel after a separate RMSNorm instead of the single-vector\n"
+    "                         kernel, which fuses it (for comparisons)\n";
 
 bool parse_int(const std::string& s, long long max, long long& out) {
     try {
@@ -119,8 +117,7 @@ int main(int argc, char** argv) {
         {"--own-gemm", &opts.own_gemm, true},
         {"--decode-gemm-f16", &opts.decode_gemm_f16, true},
         {"--decode-gemm-tiled", &opts.decode_gemm_tiled, true},
-        {"--matvec-single", &opts.matvec_single, true},
-        {"--decode-gemm-q6-frag", &opts.decode_gemm_q6_frag, true},
+        {"--no-matvec-single", &opts.matvec_single, false},
     };
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i], v;
