@@ -124,16 +124,15 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
                                         const http::request<http::string_body>& req, Endpoint endpoint, bool& started) {
     const unsigned version = req.version();
     const bool keep = req.keep_alive();
-    if (!app.engine->ready()) {
-        const ApiError e(503, "the engine is not ready; retry shortly", "", "engine_unavailable", "server_error");
-        co_await write_json(stream, static_cast<http::status>(e.status), error_body(e), keep, version);
-        co_return true;
+    std::variant<GenerationRequest, ApiError> built =
+        ApiError(503, "the engine is not ready; retry shortly", "", "engine_unavailable", "server_error");
+    if (app.engine->ready()) {
+        // Parsing, the chat template and tokenization off the io thread; the engine may stop
+        // meanwhile, and then submit() fails each choice as it would a moment later.
+        const ModelContext ctx = app.model_context();
+        const protocol::Hello hello = app.engine->hello();
+        built = co_await run_off_io(app.prep.get(), [&] { return build_request(ctx, hello, req.body(), endpoint); });
     }
-    // Parsing, the chat template and tokenization off the io thread; the engine may stop
-    // meanwhile, and then submit() fails each choice as it would a moment later.
-    const ModelContext ctx = app.model_context();
-    const protocol::Hello hello = app.engine->hello();
-    auto built = co_await run_off_io(app.prep.get(), [&] { return build_request(ctx, hello, req.body(), endpoint); });
     if (const auto* e = std::get_if<ApiError>(&built)) {
         co_await write_json(stream, static_cast<http::status>(e->status), error_body(*e), keep, version);
         co_return true;

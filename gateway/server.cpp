@@ -81,15 +81,14 @@ std::string models_body(const App& app, bool single) {
 // POST /tokenize {"model"?, "prompt" | "messages", "add_special_tokens"?} ->
 // {"count", "max_model_len", "tokens"}; POST /detokenize {"model"?, "tokens"} -> {"prompt"}
 // (vLLM's extension endpoints). Throws ApiError(400) on bad input. Runs on a prep thread
-// (gateway/off_io.hpp): besides the immutable options, tokenizer and chat renderer it reads
-// only `ctx` and `max_model_len` (0 while no engine runs), made on the io thread.
-std::string tokenize_body(const App& app, const ModelContext& ctx, int64_t max_model_len, const std::string& body,
-                          bool detokenize) {
+// (gateway/off_io.hpp): it reads only `ctx`, `max_model_len` (0 while no engine runs), both
+// made on the io thread, and the immutable tokenizer and chat renderer `ctx` points to.
+std::string tokenize_body(const ModelContext& ctx, int64_t max_model_len, const std::string& body, bool detokenize) {
     rapidjson::Document d;
     parse_json_body(d, body);
     if (!d.IsObject()) throw ApiError(400, "the request body must be a JSON object");
-    if (d.HasMember("model") && (!d["model"].IsString() || app.opts.model_id != d["model"].GetString()))
-        throw ApiError(404, "The model does not exist; this server serves '" + app.opts.model_id + "'", "model",
+    if (d.HasMember("model") && (!d["model"].IsString() || ctx.model_id != d["model"].GetString()))
+        throw ApiError(404, "The model does not exist; this server serves '" + ctx.model_id + "'", "model",
                        "model_not_found");
     rapidjson::StringBuffer buf;
     rapidjson::Writer<rapidjson::StringBuffer> w(buf);
@@ -99,11 +98,11 @@ std::string tokenize_body(const App& app, const ModelContext& ctx, int64_t max_m
             throw ApiError(400, "'tokens' must be an array", "tokens");
         std::vector<int32_t> ids;
         for (const auto& v : d["tokens"].GetArray()) {
-            if (!v.IsInt64() || v.GetInt64() < 0 || v.GetInt64() >= app.tokenizer->n_vocab())
+            if (!v.IsInt64() || v.GetInt64() < 0 || v.GetInt64() >= ctx.tokenizer->n_vocab())
                 throw ApiError(400, "'tokens' must hold token ids of the vocabulary", "tokens");
             ids.push_back(static_cast<int32_t>(v.GetInt64()));
         }
-        const std::string text = sanitize_utf8(app.tokenizer->decode(ids));
+        const std::string text = sanitize_utf8(ctx.tokenizer->decode(ids));
         w.Key("prompt");
         w.String(text.data(), static_cast<rapidjson::SizeType>(text.size()));
     } else {
@@ -124,11 +123,11 @@ std::string tokenize_body(const App& app, const ModelContext& ctx, int64_t max_m
             // usage.prompt_tokens.
             const OutputRequest out = parse_output_request(d, true, ctx.chat_format, ctx.chat_template);
             text = render_chat_prompt(d, ctx, &out.template_kwargs);
-            add_special = add_special && !app.chat->has_template();
+            add_special = add_special && !ctx.template_adds_bos;
         } else {
             throw ApiError(400, "give 'prompt' (a string) or 'messages'", "prompt");
         }
-        const auto ids = app.tokenizer->encode(text, add_special, true);
+        const auto ids = ctx.tokenizer->encode(text, add_special, true);
         w.Key("count");
         w.Int64(static_cast<int64_t>(ids.size()));
         w.Key("max_model_len");
@@ -274,7 +273,7 @@ asio::awaitable<bool> route(App& app, beast::tcp_stream& stream, const http::req
         const bool detokenize = path == "/detokenize";
         try {
             out = co_await run_off_io(app.prep.get(),
-                                      [&] { return tokenize_body(app, ctx, max_model_len, req.body(), detokenize); });
+                                      [&] { return tokenize_body(ctx, max_model_len, req.body(), detokenize); });
         } catch (const ApiError& e) { err = e; }
         if (err) co_await write_error(stream, *err, keep, version);
         else co_await write_json(stream, http::status::ok, std::move(out), keep, version);

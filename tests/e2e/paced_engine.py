@@ -54,15 +54,20 @@ def main():
             pending += data
             *lines, pending = pending.split(b"\n")
         for raw in lines:
-            # The prompt's ids are counted, not parsed: a prompt of 100K tokens takes well under a
-            # millisecond, so that it does not hold up the pace (a real engine reads on a thread).
-            parts = [p for p in raw.split(b" ") if p]
+            # The prompt's ids are counted, not parsed, and cut out before the line is decoded: a
+            # prompt of 100K tokens then takes well under a millisecond, so that it does not hold
+            # up the pace (a real engine reads on a thread of its own).
+            prompt_len, at = 0, raw.find(b" prompt=")
+            if at >= 0:
+                end = raw.find(b" ", at + 1)
+                end = len(raw) if end < 0 else end
+                prompt_len = raw.count(b",", at, end) + 1
+                raw = raw[:at] + raw[end:]
+            parts = raw.decode().split()
             if not parts:
                 continue
-            parts = [p if p.startswith(b"prompt=") else p.decode() for p in parts]
             if parts[0] == "GEN":
-                kv = dict(p.split("=", 1) for p in parts[2:] if isinstance(p, str) and "=" in p)
-                prompt_len = next(p.count(b",") + 1 for p in parts if isinstance(p, bytes))
+                kv = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
                 k = int(kv["logprobs"]) if "logprobs" in kv else None
                 if not active:
                     next_step = time.monotonic() + step
