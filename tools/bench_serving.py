@@ -121,6 +121,11 @@ class EngineTarget:
         self.p.stdin.close()
         self.p.wait(timeout=120)
 
+    def abort(self):
+        """Ends the engine at once (after a failed request: what it still runs is not waited for)."""
+        self.p.kill()
+        self.p.wait(timeout=60)
+
 
 class GatewayTarget:
     """Requests over HTTP: loom-gateway on a free port, one thread per streamed request."""
@@ -139,6 +144,7 @@ class GatewayTarget:
             if m:
                 self.port = int(m.group(1))
         if self.port is None:
+            self.abort()
             sys.exit("loom-gateway did not start")
         threading.Thread(target=lambda: [None for _ in self.p.stderr], daemon=True).start()
         while time.time() < deadline:
@@ -218,6 +224,8 @@ class GatewayTarget:
     def close(self):
         self.p.terminate()
         self.p.wait(timeout=60)
+
+    abort = close  # the gateway's engine dies with it (engine/lifeline.hpp)
 
 
 def cpu_seconds(pid):
@@ -378,10 +386,14 @@ def main():
             GatewayTarget(a.gateway, a.engine, a.model, a.engine_arg, hello)
         hello = t.hello
         b = Bench(a, t, random.Random(1234))
-        wait_all([t.submit(b.prompt(8), 4)])  # warm-up
-        for s in scenarios:
-            getattr(b, s)()
-        t.close()
+        done = False
+        try:  # a failed request exits (wait_all): the engine or gateway must not outlive us
+            wait_all([t.submit(b.prompt(8), 4)])  # warm-up
+            for s in scenarios:
+                getattr(b, s)()
+            done = True
+        finally:
+            t.close() if done else t.abort()
         results += b.results
     if a.json:
         with open(a.json, "w") as f:
