@@ -5,7 +5,7 @@
 // a prefill chunk). Prints a table and one JSON line ("BENCH {...}") for tools/bench_gpu.py.
 //
 // Usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] [GPU options]
-// where the GPU options are the engine's: --kv-f32, --batch-invariant, --no-graphs,
+// where the GPU options are the engine's: --kv-f32, --batch-invariant, --split-products, --no-graphs,
 // --no-fuse-rope, --own-gemm, --matvec-rows N, --decode-gemm-rows N, --decode-gemm-f16, --decode-gemm-tiled,
 // --tiled-prefill-attn / --gemm-prefill-attn / --gemm16-prefill-attn / --flash-prefill-attn (the
 // engine's --prefill-attn tiled / gemm / gemm16 / flash); --ctx N; --prefill-list N,N,... times only those
@@ -198,6 +198,7 @@ int main(int argc, char** argv) {
         else if (a == "--gen") gen = next();
         else if (a == "--kv-f32") opts.kv_f32 = true;
         else if (a == "--batch-invariant") opts.batch_invariant = true;
+        else if (a == "--split-products") opts.split_products = true;
         else if (a == "--no-graphs") opts.graphs = false;
         else if (a == "--no-fuse-rope") opts.fuse_rope = false;
         else if (a == "--own-gemm") opts.own_gemm = true;
@@ -234,7 +235,7 @@ int main(int argc, char** argv) {
         std::fprintf(
             stderr,
             "usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] "
-            "[--kv-f32] [--batch-invariant] [--no-graphs] [--no-fuse-rope] [--own-gemm] "
+            "[--kv-f32] [--batch-invariant] [--split-products] [--no-graphs] [--no-fuse-rope] [--own-gemm] "
             "[--matvec-rows N] [--tiled-prefill-attn | --gemm-prefill-attn | --gemm16-prefill-attn | "
             "--flash-prefill-attn] "
             "[--ctx N] [--prefill-list N,N,...] [--step-rows N,N,...] [--step-logprobs K] [--decode-gemm-rows N] "

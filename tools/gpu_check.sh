@@ -5,8 +5,8 @@
 # them, and the benchmarks (tools/bench_gpu.py). Logs go to $OUT (or ./gpu-out) as it runs, and a
 # summary is printed last.
 #
-# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler qgemm small small16 exact gen steps prefill
-# prefillcheck check8b core serving bench sass ncu (default: all but steps, prefill, prefillcheck
+# Usage: tools/gpu_check.sh [stage ...]   stages: info sampler qgemm small small16 exact split gen
+# steps prefill prefillcheck check8b core serving bench sass ncu (default: all but steps, prefill, prefillcheck
 # and serving); prefill times the backend's prefill (PREFILL_LIST, PREFILL_MODES) and
 # prefillcheck compares the prefill attention paths (tools/check_prefill_attn.py, PREFILLCHECK_*
 # options) on the 8B F16 model; qgemm checks the tensor-core decode GEMM (loom-gpu-qgemm-test)
@@ -20,8 +20,10 @@
 # SERVING_GATEWAY=1 also through loom-gateway (same engine, streamed HTTP). small checks the
 # F32 KV pool (--kv-f32) against the tolerances of the CPU engine, small16 the default F16
 # pool against its own, exact every product in F32 (--batch-invariant --kv-f32) against the
-# CPU engine at 2e-3 for every model, the quantized ones included (SMALL_EXTRA adds check_gpu.py
-# options to these three stages, e.g. "--engine-arg=--no-matvec-single"). bench also times the variants in $BENCH_VARIANTS (bench_gpu.py
+# CPU engine at 2e-3 for every model, the quantized ones included, split the GEMM paths' products
+# on F16 high and low parts (--split-products --kv-f32) at 2e-3 too (SMALL_EXTRA adds check_gpu.py
+# options to these four stages, e.g. "--engine-arg=--no-matvec-single"). bench also times the
+# variants in $BENCH_VARIANTS (bench_gpu.py
 # --variant NAME:ARGS: the F32 pool and --batch-invariant by default); BENCH_SKIP_GATEWAY=1
 # leaves out the gateway figures. sass writes the single-row matvec kernels' machine code and
 # opcode counts; ncu profiles a few decode matvecs (Nsight Compute, clocks left alone;
@@ -91,7 +93,7 @@ if [ -d "$BIN/lib" ]; then
 fi
 export PYTHONUNBUFFERED=1
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler qgemm small small16 exact gen check8b core bench sass ncu)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler qgemm small small16 exact split gen check8b core bench sass ncu)
 BENCH_VARIANTS=${BENCH_VARIANTS:-"kvf32:--kv-f32 invariant:--batch-invariant"}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
@@ -142,13 +144,15 @@ main() {
     timeout 60 "$BIN/loom-gpu-matvec-test" 2>&1 | tail -8 | tee "$OUT/matvec.log"
     note "matvec: $(tail -1 "$OUT/matvec.log")"
   fi
-  for st in small small16 exact; do
+  for st in small small16 exact split; do
     want $st || continue
     case $st in  # title, summary heading, check_gpu.py options
       small) t="F32 KV pool" h="F32 KV" o=(--engine-arg=--kv-f32) ;;
       small16) t="F16 KV pool, the default" h="F16 KV" o=() ;;
       exact) t="every product in F32 (--batch-invariant --kv-f32), 2e-3" h="F32 products and KV"
         o=(--engine-arg=--batch-invariant --engine-arg=--kv-f32 --cpu-tol 2e-3) ;;
+      split) t="GEMM products on F16 high and low parts (--split-products --kv-f32), 2e-3" h="split products, F32 KV"
+        o=(--engine-arg=--split-products --engine-arg=--kv-f32 --cpu-tol 2e-3) ;;
     esac
     # SMALL_EXTRA: more check_gpu.py options for these stages, e.g. engine flags being tried.
     # shellcheck disable=SC2206

@@ -16,7 +16,8 @@
 # Everything (NCU included) took 130 s on an H100 on 2026-12-06. BIN holds loom-gpu-bench,
 # loom-gpu-matvec-test, loom-gpu-qgemm-test, loom-make-model (and loom-engine-cuda,
 # loom-engine-cpu with DATA; BIN/lib, as tools/gpu_check.sh takes it). P1_VARIANTS, P2_VARIANTS
-# replace the variant lists of parts 1 and 2 (names as in steps() below).
+# replace the variant lists of parts 1 and 2 (names as in steps() below); CHECK_STAGES the
+# tools/gpu_check.sh stages run with DATA (default small).
 # Results: $OUT/summary.txt (tests, step medians per variant, Nsight Compute lines), steps-*.log.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -32,7 +33,7 @@ echo "qgemm test: $(timeout 120 "$BIN/loom-gpu-qgemm-test" | tail -1)" >>"$S"
 GEN_TYPES=q4_k_m OUT="$OUT/gen" BIN="$BIN" bash tools/gpu_check.sh gen >"$OUT/gen.log" 2>&1
 M=${SHM:-/dev/shm/loom}/llama3-8b-q4_k_m.gguf
 i=0
-# steps PART ROWS VARIANT...: one loom-gpu-bench run a variant (default, batched, tiled, base), in
+# steps PART ROWS VARIANT...: one loom-gpu-bench run a variant (default, batched, tiled, split, base), in
 # the order given.
 steps() {
   local part=$1 rows=$2 v
@@ -43,6 +44,7 @@ steps() {
     case $v in
       batched) args+=(--no-matvec-single) ;;
       tiled) args+=(--decode-gemm-tiled) ;;
+      split) args+=(--split-products) ;;
       base) bench="$BASE_BIN/loom-gpu-bench" ;;
     esac
     timeout 120 "$bench" "${args[@]}" >"$OUT/steps-$i-$v.log" 2>&1
@@ -59,7 +61,8 @@ for part in ${PARTS-1 2}; do
   fi
 done
 if [ -n "${DATA:-}" ]; then
-  OUT="$OUT/small" BIN="$BIN" DATA="$DATA" bash tools/gpu_check.sh small >"$OUT/small.log" 2>&1
+  # shellcheck disable=SC2086
+  OUT="$OUT/small" BIN="$BIN" DATA="$DATA" bash tools/gpu_check.sh ${CHECK_STAGES:-small} >"$OUT/small.log" 2>&1
   sed -n '/==== summary/,$p' "$OUT/small.log" >>"$S"
 fi
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then

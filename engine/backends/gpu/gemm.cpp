@@ -55,6 +55,19 @@ void Gemm::run(const void* W, bool w_f16, int64_t ldw, const float* x32, int64_t
     gemm_own(x32, ldx32, W, w_f16, ldw, M, N, K, C, ldc, accumulate, stream_);
 }
 
+void Gemm::run_split(const uint16_t* w_hi, const uint16_t* w_lo, int64_t ldw, const float* x32, int64_t ldx32,
+                     const uint16_t* x_hi, const uint16_t* x_lo, int64_t ldx16, int M, int N, int K, float* C,
+                     int64_t ldc, bool accumulate) {
+    if (!cublas_) {  // the own GEMM's X is F32 already: only W needs its two parts
+        run(w_hi, true, ldw, x32, ldx32, nullptr, 0, M, N, K, C, ldc, accumulate);
+        if (w_lo) run(w_lo, true, ldw, x32, ldx32, nullptr, 0, M, N, K, C, ldc, true);
+        return;
+    }
+    run(w_hi, true, ldw, nullptr, 0, x_hi, ldx16, M, N, K, C, ldc, accumulate);
+    run(w_hi, true, ldw, nullptr, 0, x_lo, ldx16, M, N, K, C, ldc, true);
+    if (w_lo) run(w_lo, true, ldw, nullptr, 0, x_hi, ldx16, M, N, K, C, ldc, true);
+}
+
 void Gemm::batched_f16(bool a_t, int m, int n, int k, float alpha, const uint16_t* A, int64_t lda, int64_t sa,
                        const uint16_t* B, int64_t ldb, int64_t sb, float* C, int64_t ldc, int64_t sc, int batch,
                        bool accumulate) {

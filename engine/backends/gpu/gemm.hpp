@@ -29,6 +29,17 @@ public:
     void run(const void* W, bool w_f16, int64_t ldw, const float* x32, int64_t ldx32, const uint16_t* x16,
              int64_t ldx16, int M, int N, int K, float* C, int64_t ldc, bool accumulate);
 
+    /// The same product on F16 high and low parts (GpuOptions::split_products): with
+    /// X = Xh + Xl (x_hi, x_lo: F16, leading dimension ldx16) and W = Wh + Wl (w_hi, and w_lo
+    /// when not null: F16, leading dimension ldw), C (+)= Xh.Wh^T + Xl.Wh^T (+ Xh.Wl^T): two or
+    /// three F16 products with F32 accumulation, F32's accuracy but for the dropped Xl.Wl^T (about
+    /// 2^-22 relative) and the parts' own rounding (about 2^-22 each; F16's subnormals below
+    /// 6e-5). The own GEMM reads x32 (F32) instead of the X parts, so it runs Wh then Wl. Throws
+    /// GpuError when cuBLAS fails.
+    void run_split(const uint16_t* w_hi, const uint16_t* w_lo, int64_t ldw, const float* x32, int64_t ldx32,
+                   const uint16_t* x_hi, const uint16_t* x_lo, int64_t ldx16, int M, int N, int K, float* C,
+                   int64_t ldc, bool accumulate);
+
     /// Strided batched product in cuBLAS's column-major terms (cublasGemmStridedBatchedEx): for
     /// b < batch, C_b (m x n, F32, ldc) = alpha * op(A_b) . B_b (+ C_b when accumulate) with A_b = A + b * sa (F16; op(A_b)
     /// = A_b^T, A_b k x m with lda, when a_t; else A_b m x k), B_b = B + b * sb (F16, k x n, ldb),

@@ -63,6 +63,9 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
         throw std::invalid_argument("GPU options out of range (slots and step tokens >= 1, KV fraction in (0, 1])");
     check_tensor_types(file_, opts.engine_name);
     w_ = engine::LlamaWeights::bind(file_, {opts.engine_name, device_type_supported});
+    if (opts_.split_products && opts_.decode_gemm_rows > 0)
+        throw std::invalid_argument("split products run no decode GEMM (decode_gemm_rows must be 0)");
+    if (opts_.split_products) opts_.decode_gemm_rows = 0;
     if (opts_.decode_gemm_rows > 0 && !qgemm_available())
         throw std::invalid_argument("this build has no tensor-core decode GEMM (decode_gemm_rows must be 0)");
 #if defined(LOOM_GPU_CUDA)
@@ -92,7 +95,7 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     LOOM_GPU_CHECK(gpuStreamCreate(&stream_));
     dm_ = std::make_unique<DeviceModel>(w_);
     gemm_ = std::make_unique<Gemm>(stream_, opts.own_gemm);
-    f16_in_ = gemm_->wants_f16_input();
+    f16_in_ = gemm_->wants_f16_input() && !opts.split_products;  // split: linear() makes its own parts
     // RMSNorm fused into single-row matvecs when every matrix that reads a normalised input (Q, K,
     // V, gate, up, output) has a plain type or a quantized one the single-vector kernel takes
     // (it stages the activations once a block); the batched kernel's per-block norm costs more
@@ -148,6 +151,11 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
         atth_ = alloc<uint16_t>(Rz * ld_att_);
         gh_ = alloc<uint16_t>(Rz * ld_ff_);
     }
+    if (opts.split_products && gemm_->wants_f16_input()) {
+        ld_xs_ = std::max({ld_d_, ld_att_, ld_ff_});
+        xs_hi_ = alloc<uint16_t>(Rx * ld_xs_);
+        xs_lo_ = alloc<uint16_t>(Rx * ld_xs_);
+    }
     // GEMM prefill attention: gathered K/V for a whole context, packed Q and O for a step, and
     // scores for kAttnScratch bytes (scores F32 + softmax F16, and its low part when split), at
     // least 16 queries of every head at the full context.
@@ -192,6 +200,7 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     if (quantized(dm_->output)) ws = std::max(ws, static_cast<size_t>(std::min<int64_t>(V_, 16384) * d_));
     wscratch_elems_ = ws;
     if (ws) wscratch_ = alloc<uint16_t>(ws);
+    if (ws && opts.split_products) wscratch_lo_ = alloc<uint16_t>(ws);
     // The decode GEMM's split-K partials: the most any matrix needs at any row count it serves.
     if (opts_.decode_gemm_rows > 0) {
         size_t pf = 0;

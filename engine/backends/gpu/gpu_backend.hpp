@@ -83,6 +83,14 @@ struct GpuOptions {
     /// (k_matvec1.cu, MatvecArgs::single), which fuses RMSNorm, instead of the batched matvec
     /// kernel after a separate RMSNorm (false: --no-matvec-single, for comparisons).
     bool matvec_single = true;
+    /// Every GEMM-path product (steps of more than matvec_rows rows: prefill, larger decode
+    /// steps, the logits) on F16 high and low parts of its activations and weights
+    /// (Gemm::run_split: Xh.Wh + Xl.Wh + Xh.Wl, three tensor-core products for dequantized
+    /// weights, two for F16 ones), so that neither operand is rounded to F16; the decode GEMM is
+    /// off (decode_gemm_rows must be 0 or -1). The matvec and attention paths are unchanged
+    /// (F32 products; the prefill attention's own choice), so with kv_f32 the logprobs are about
+    /// F32's (docs/benchmarks.md).
+    bool split_products = false;
 };
 
 /// The matvec/GEMM crossover for a model whose FFN matrices have ggml type `ffn_type`: 2 rows
@@ -200,6 +208,10 @@ private:
     uint16_t *xh_ = nullptr, *atth_ = nullptr, *gh_ = nullptr;  // F16 copies (cuBLAS inputs)
     uint16_t* wscratch_ = nullptr;                              // a quantized matrix dequantized to F16 (GEMM path)
     size_t wscratch_elems_ = 0;
+    // split_products: the dequantized weights' low parts, and F16 high and low parts of a GEMM's
+    // input ([R][ld_xs_] each, cuBLAS only).
+    uint16_t *wscratch_lo_ = nullptr, *xs_hi_ = nullptr, *xs_lo_ = nullptr;
+    int64_t ld_xs_ = 0;
     float* logits_ = nullptr;   // [logit_rows_][ld_v]
     int logit_rows_ = 0;        // max(max_slots, score group)
     float* qg_part_ = nullptr;  // the decode GEMM's split-K partials (qgemm_partial_floats)

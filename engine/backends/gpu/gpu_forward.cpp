@@ -73,6 +73,10 @@ void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat
         return;
     }
     const bool tc = rows <= opts_.decode_gemm_rows;
+    const bool split = opts_.split_products;
+    // Split products: the input's F16 high and low parts, once for every matrix of the call
+    // (they share x32 and its width).
+    if (split && xs_hi_) to_f16(x32, ldx, static_cast<int>(mats[0]->cols), rows, xs_hi_, ld_xs_, stream_, xs_lo_);
     for (int i = 0; i < nmat; ++i) {
         const DevMatrix& m = *mats[i];
         const int K = static_cast<int>(m.cols);
@@ -81,18 +85,27 @@ void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat
                   !opts_.decode_gemm_tiled);
             continue;
         }
-        if (m.type == kF16 || m.type == kF32) {
+        if (m.type == kF32 || (m.type == kF16 && !split)) {
             const bool h = m.type == kF16;
             gemm_->run(m.data, h, static_cast<int64_t>(m.row_bytes / (h ? 2 : 4)), x32, ldx, x16, ldx16, rows,
                        static_cast<int>(m.rows), K, ys[i], ldy, add);
             continue;
         }
+        if (m.type == kF16) {  // split: F16 weights are exact, only the input has two parts
+            gemm_->run_split(reinterpret_cast<const uint16_t*>(m.data), nullptr, static_cast<int64_t>(m.row_bytes / 2),
+                             x32, ldx, xs_hi_, xs_lo_, ld_xs_, rows, static_cast<int>(m.rows), K, ys[i], ldy, add);
+            continue;
+        }
         const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(wscratch_elems_) / m.cols);
         for (int64_t r0 = 0; r0 < m.rows; r0 += step) {
             const int64_t n = std::min(step, m.rows - r0);
-            dequant_f16(m, r0, n, wscratch_, m.cols, stream_);
-            gemm_->run(wscratch_, true, m.cols, x32, ldx, x16, ldx16, rows, static_cast<int>(n), K, ys[i] + r0, ldy,
-                       add);
+            dequant_f16(m, r0, n, wscratch_, m.cols, stream_, wscratch_lo_);
+            if (split)
+                gemm_->run_split(wscratch_, wscratch_lo_, m.cols, x32, ldx, xs_hi_, xs_lo_, ld_xs_, rows,
+                                 static_cast<int>(n), K, ys[i] + r0, ldy, add);
+            else
+                gemm_->run(wscratch_, true, m.cols, x32, ldx, x16, ldx16, rows, static_cast<int>(n), K, ys[i] + r0, ldy,
+                           add);
         }
     }
 }

@@ -60,10 +60,14 @@ __global__ void swiglu_kernel(const float* y, int64_t ldy, int ff, float* g, int
     }
 }
 
-__global__ void to_f16_kernel(const float* x, int64_t ldx, int n, uint16_t* y, int64_t ldy) {
+__global__ void to_f16_kernel(const float* x, int64_t ldx, int n, uint16_t* y, int64_t ldy, uint16_t* lo) {
     for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
-         i += static_cast<int>(gridDim.x * blockDim.x))
-        y[blockIdx.y * ldy + i] = f2h(x[blockIdx.y * ldx + i]);
+         i += static_cast<int>(gridDim.x * blockDim.x)) {
+        const float v = x[blockIdx.y * ldx + i];
+        const uint16_t h = f2h(v);
+        y[blockIdx.y * ldy + i] = h;
+        if (lo) lo[blockIdx.y * ldy + i] = f2h(v - h2f(h));
+    }
 }
 
 // One warp per (row, head item): items are the q heads, then the k heads, then the v heads.
@@ -435,10 +439,10 @@ void swiglu(const float* y, int64_t ldy, int ff, int rows, float* g, int64_t ldg
     LOOM_GPU_CHECK_LAUNCH();
 }
 
-void to_f16(const float* x, int64_t ldx, int n, int rows, uint16_t* y, int64_t ldy, gpuStream_t s) {
+void to_f16(const float* x, int64_t ldx, int n, int rows, uint16_t* y, int64_t ldy, gpuStream_t s, uint16_t* lo) {
     if (rows <= 0) return;
     auto k = to_f16_kernel;
-    LOOM_LAUNCH(k, dim3(blocks_for(n, 256, 64), static_cast<unsigned>(rows)), 256, 0, s, x, ldx, n, y, ldy);
+    LOOM_LAUNCH(k, dim3(blocks_for(n, 256, 64), static_cast<unsigned>(rows)), 256, 0, s, x, ldx, n, y, ldy, lo);
     LOOM_GPU_CHECK_LAUNCH();
 }
 

@@ -144,14 +144,16 @@ void matvec_nb(const MatvecArgs& a, gpuStream_t s) {
     else launch_matvec<T, 8>(a, s);
 }
 
-/// Row r of m (rows r0.. over gridDim.x, chunks over threads) dequantized to F16 or F32.
+/// Row r of m (rows r0.. over gridDim.x, chunks over threads) dequantized to F16 or F32; for F16,
+/// `lo` (optional, same leading dimension) receives the low part f16(w - f16(w)).
 template <uint32_t T, class Out>
 __global__ void __launch_bounds__(128)
-    dequant_kernel(DevMatrix m, int64_t r0, const RowDesc* rows, Out* dst, int64_t ld) {
+    dequant_kernel(DevMatrix m, int64_t r0, const RowDesc* rows, Out* dst, int64_t ld, uint16_t* lo) {
     using C = Chunk<T>;
     const int64_t row = rows ? int64_t{rows[blockIdx.x].token} : r0 + blockIdx.x;
     const uint8_t* src = m.data + static_cast<size_t>(row) * m.row_bytes;
     Out* out = dst + static_cast<int64_t>(blockIdx.x) * ld;
+    uint16_t* out_lo = lo ? lo + static_cast<int64_t>(blockIdx.x) * ld : nullptr;
     const int cols = static_cast<int>(m.cols);
     const int nch = C::count(cols);
     for (int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x); c < nch;
@@ -165,7 +167,7 @@ __global__ void __launch_bounds__(128)
             const int s0 = C::run_start(c, run);
             const bool full = s0 + C::kRunLen <= cols;
             if constexpr (sizeof(Out) == 2) {
-                if (full && ld % 8 == 0) {  // 16-byte stores of 8 halves
+                if (full && ld % 8 == 0 && !out_lo) {  // 16-byte stores of 8 halves
 #pragma unroll
                     for (int i = 0; i < C::kRunLen; i += 8) {
                         const float* f = v + run * C::kRunLen + i;
@@ -183,20 +185,25 @@ __global__ void __launch_bounds__(128)
             for (int i = 0; i < C::kRunLen; ++i) {
                 if (C::kPlain && s0 + i >= cols) break;
                 const float f = v[run * C::kRunLen + i];
-                if constexpr (sizeof(Out) == 2) out[s0 + i] = f2h(f);
-                else out[s0 + i] = f;
+                if constexpr (sizeof(Out) == 2) {
+                    const uint16_t h = f2h(f);
+                    out[s0 + i] = h;
+                    if (out_lo) out_lo[s0 + i] = f2h(f - h2f(h));  // exact difference, rounded once
+                } else {
+                    out[s0 + i] = f;
+                }
             }
         }
     }
 }
 
 template <class Out>
-void launch_dequant(const DevMatrix& m, int64_t r0, int64_t n, const RowDesc* rows, Out* dst, int64_t ld,
+void launch_dequant(const DevMatrix& m, int64_t r0, int64_t n, const RowDesc* rows, Out* dst, int64_t ld, uint16_t* lo,
                     gpuStream_t s) {
     if (n <= 0) return;
     const dim3 grid(static_cast<unsigned>(n), 1);
     auto go = [&](auto k) {
-        LOOM_LAUNCH(k, grid, 128, 0, s, m, r0, rows, dst, ld);
+        LOOM_LAUNCH(k, grid, 128, 0, s, m, r0, rows, dst, ld, lo);
         LOOM_GPU_CHECK_LAUNCH();
     };
     with_type(m.type, "dequant", [&](auto t) { go(dequant_kernel<decltype(t)::value, Out>); });
@@ -209,12 +216,13 @@ void matvec(const MatvecArgs& a, gpuStream_t s) {
     with_type(a.type, "matvec", [&](auto t) { matvec_nb<decltype(t)::value>(a, s); });
 }
 
-void dequant_f16(const DevMatrix& m, int64_t row0, int64_t n, uint16_t* dst, int64_t dst_ld, gpuStream_t s) {
-    launch_dequant<uint16_t>(m, row0, n, nullptr, dst, dst_ld, s);
+void dequant_f16(const DevMatrix& m, int64_t row0, int64_t n, uint16_t* dst, int64_t dst_ld, gpuStream_t s,
+                 uint16_t* lo) {
+    launch_dequant<uint16_t>(m, row0, n, nullptr, dst, dst_ld, lo, s);
 }
 
 void embed(const DevMatrix& m, const RowDesc* rows, int n, float* x, int64_t ld, gpuStream_t s) {
-    launch_dequant<float>(m, 0, n, rows, x, ld, s);
+    launch_dequant<float>(m, 0, n, rows, x, ld, nullptr, s);
 }
 
 }  // namespace loom::gpu

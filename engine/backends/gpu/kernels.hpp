@@ -120,8 +120,11 @@ bool matvec1_takes(const MatvecArgs& a);
 void matvec1(const MatvecArgs& a, gpuStream_t s);
 
 /// Dequantizes rows [row0, row0 + n) of m into F16 rows of `dst` (leading dimension dst_ld
-/// halves), for the GEMM path.
-void dequant_f16(const DevMatrix& m, int64_t row0, int64_t n, uint16_t* dst, int64_t dst_ld, gpuStream_t s);
+/// halves), for the GEMM path. With `lo`, each weight w (decoded in F32) is also split: dst gets
+/// h = f16(w) and lo (same layout) f16(w - h), so that h + lo is w to about 2^-22 of it
+/// (GpuOptions::split_products).
+void dequant_f16(const DevMatrix& m, int64_t row0, int64_t n, uint16_t* dst, int64_t dst_ld, gpuStream_t s,
+                 uint16_t* lo = nullptr);
 
 /// x[i] = row rows[i].token of m (dequantized to F32) for i < n.
 void embed(const DevMatrix& m, const RowDesc* rows, int n, float* x, int64_t ld, gpuStream_t s);
@@ -181,8 +184,11 @@ void rmsnorm(const float* x, int64_t ldx, const int32_t* idx, const float* w, in
 void swiglu(const float* y, int64_t ldy, int ff, int rows, float* g, int64_t ldg, uint16_t* gh, int64_t ldgh,
             gpuStream_t s);
 
-/// F16 copy of `rows` rows of n floats.
-void to_f16(const float* x, int64_t ldx, int n, int rows, uint16_t* y, int64_t ldy, gpuStream_t s);
+/// F16 copy of `rows` rows of n floats: y = f16(x); with `lo` (same leading dimension ldy) also
+/// the low part lo = f16(x - y), so that y + lo is x to about 2^-22 of it (F16 high and low
+/// parts for GpuOptions::split_products).
+void to_f16(const float* x, int64_t ldx, int n, int rows, uint16_t* y, int64_t ldy, gpuStream_t s,
+            uint16_t* lo = nullptr);
 
 // ---- attention over the paged KV cache --------------------------------------------------
 

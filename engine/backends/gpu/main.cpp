@@ -40,6 +40,11 @@ const char* kUsage = LOOM_ENGINE_NAME
     "                         product in F32 on exactly decoded weights, so with --kv-f32 logprobs\n"
     "                         within about 2e-5 of loom-engine-cpu (the default paths round tensor-\n"
     "                         core operands to F16: about 1e-2)\n"
+    "  --split-products       every GEMM-path product (prefill, steps of more than --matvec-rows rows,\n"
+    "                         the logits) on F16 high and low parts of its activations and weights:\n"
+    "                         two (F16 weights) or three tensor-core products where one runs, and no\n"
+    "                         decode GEMM; with --kv-f32 logprobs within 2e-3 of loom-engine-cpu,\n"
+    "                         at a fraction of --batch-invariant's cost (docs/benchmarks.md)\n"
     "  --stats                write the scheduler's counters to stderr at exit\n"
     "  -t, --threads N        accepted for compatibility with loom-engine-cpu; ignored\n"
     "Tuning (for benchmarks):\n"
@@ -111,6 +116,7 @@ int main(int argc, char** argv) {
         {"--kv-f32", &opts.kv_f32, true},
         {"--kv-f16", &opts.kv_f32, false},
         {"--batch-invariant", &opts.batch_invariant, true},
+        {"--split-products", &opts.split_products, true},
         {"--stats", &stats, true},
         {"--no-graphs", &opts.graphs, false},
         {"--no-fuse-rope", &opts.fuse_rope, false},
