@@ -58,14 +58,20 @@ void Gemm::run(const void* W, bool w_f16, int64_t ldw, const float* x32, int64_t
 void Gemm::run_split(const uint16_t* w_hi, const uint16_t* w_lo, int64_t ldw, const float* x32, int64_t ldx32,
                      const uint16_t* x_hi, const uint16_t* x_lo, int64_t ldx16, int M, int N, int K, float* C,
                      int64_t ldc, bool accumulate) {
-    if (!cublas_) {  // the own GEMM's X is F32 already: only W needs its two parts
+    if (!x_hi) {  // the own GEMM reads X in F32: only W needs its two parts
         run(w_hi, true, ldw, x32, ldx32, nullptr, 0, M, N, K, C, ldc, accumulate);
         if (w_lo) run(w_lo, true, ldw, x32, ldx32, nullptr, 0, M, N, K, C, ldc, true);
         return;
     }
-    run(w_hi, true, ldw, nullptr, 0, x_hi, ldx16, M, N, K, C, ldc, accumulate);
-    run(w_hi, true, ldw, nullptr, 0, x_lo, ldx16, M, N, K, C, ldc, true);
-    if (w_lo) run(w_lo, true, ldw, nullptr, 0, x_hi, ldx16, M, N, K, C, ldc, true);
+    // F16 x F16 products with F32 accumulation: cuBLAS, or (the emulator) the plain batched kernel,
+    // which takes the same operands. Column-major, as run(): C^T (N x M) = W^T . X^T.
+    auto product = [&](const uint16_t* w, const uint16_t* x, bool acc) {
+        if (cublas_) run(w, true, ldw, nullptr, 0, x, ldx16, M, N, K, C, ldc, acc);
+        else batched_f16(true, N, M, K, 1.0f, w, ldw, 0, x, ldx16, 0, C, ldc, 0, 1, acc);
+    };
+    product(w_hi, x_hi, accumulate);
+    product(w_hi, x_lo, true);
+    if (w_lo) product(w_lo, x_hi, true);
 }
 
 void Gemm::batched_f16(bool a_t, int m, int n, int k, float alpha, const uint16_t* A, int64_t lda, int64_t sa,

@@ -34,8 +34,9 @@ public:
     /// when not null: F16, leading dimension ldw), C (+)= Xh.Wh^T + Xl.Wh^T (+ Xh.Wl^T): two or
     /// three F16 products with F32 accumulation, F32's accuracy but for the dropped Xl.Wl^T (about
     /// 2^-22 relative) and the parts' own rounding (about 2^-22 each; F16's subnormals below
-    /// 6e-5). The own GEMM reads x32 (F32) instead of the X parts, so it runs Wh then Wl. Throws
-    /// GpuError when cuBLAS fails.
+    /// 6e-5). Without cuBLAS the same products run on gemm_batched_f16_own when x_hi is given
+    /// (the emulator: its tests check the parts as cuBLAS takes them), else the own GEMM runs Wh
+    /// then Wl on x32 (F32). Throws GpuError when cuBLAS fails.
     void run_split(const uint16_t* w_hi, const uint16_t* w_lo, int64_t ldw, const float* x32, int64_t ldx32,
                    const uint16_t* x_hi, const uint16_t* x_lo, int64_t ldx16, int M, int N, int K, float* C,
                    int64_t ldc, bool accumulate);

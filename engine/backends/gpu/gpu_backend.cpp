@@ -71,7 +71,7 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
 #if defined(LOOM_GPU_CUDA)
     constexpr int kDecodeGemmRows = 64;  // above, dequantize + cuBLAS was faster (docs/benchmarks.md)
 #else
-    constexpr int kDecodeGemmRows = 0;  // the emulator on request only; HIP has no such kernel
+    constexpr int kDecodeGemmRows = 0;   // the emulator on request only; HIP has no such kernel
 #endif
     if (opts_.decode_gemm_rows < 0) opts_.decode_gemm_rows = kDecodeGemmRows;
     if (opts_.matvec_rows < 0)
@@ -151,7 +151,12 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
         atth_ = alloc<uint16_t>(Rz * ld_att_);
         gh_ = alloc<uint16_t>(Rz * ld_ff_);
     }
-    if (opts.split_products && gemm_->wants_f16_input()) {
+#if defined(LOOM_GPU_EMU)
+    constexpr bool kSplitParts = true;  // the emulator takes cuBLAS's F16 parts (its tests check them)
+#else
+    constexpr bool kSplitParts = false;  // HIP: the own GEMM reads F32 activations
+#endif
+    if (opts.split_products && (gemm_->wants_f16_input() || kSplitParts)) {
         ld_xs_ = std::max({ld_d_, ld_att_, ld_ff_});
         xs_hi_ = alloc<uint16_t>(Rx * ld_xs_);
         xs_lo_ = alloc<uint16_t>(Rx * ld_xs_);

@@ -209,7 +209,7 @@ private:
     uint16_t* wscratch_ = nullptr;                              // a quantized matrix dequantized to F16 (GEMM path)
     size_t wscratch_elems_ = 0;
     // split_products: the dequantized weights' low parts, and F16 high and low parts of a GEMM's
-    // input ([R][ld_xs_] each, cuBLAS only).
+    // input ([R][ld_xs_] each; cuBLAS and the emulator).
     uint16_t *wscratch_lo_ = nullptr, *xs_hi_ = nullptr, *xs_lo_ = nullptr;
     int64_t ld_xs_ = 0;
     float* logits_ = nullptr;   // [logit_rows_][ld_v]
