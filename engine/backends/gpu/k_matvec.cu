@@ -167,16 +167,21 @@ __global__ void __launch_bounds__(128)
             const int s0 = C::run_start(c, run);
             const bool full = s0 + C::kRunLen <= cols;
             if constexpr (sizeof(Out) == 2) {
-                if (full && ld % 8 == 0 && !out_lo) {  // 16-byte stores of 8 halves
+                if (full && ld % 8 == 0) {  // 16-byte stores of 8 halves (and of their low parts)
 #pragma unroll
                     for (int i = 0; i < C::kRunLen; i += 8) {
                         const float* f = v + run * C::kRunLen + i;
-                        uint4 u;
-                        u.x = f2h(f[0]) | (static_cast<uint32_t>(f2h(f[1])) << 16);
-                        u.y = f2h(f[2]) | (static_cast<uint32_t>(f2h(f[3])) << 16);
-                        u.z = f2h(f[4]) | (static_cast<uint32_t>(f2h(f[5])) << 16);
-                        u.w = f2h(f[6]) | (static_cast<uint32_t>(f2h(f[7])) << 16);
-                        *reinterpret_cast<uint4*>(out + s0 + i) = u;
+                        uint32_t h[4], l[4];
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            const uint16_t a = f2h(f[2 * j]), b = f2h(f[2 * j + 1]);
+                            h[j] = a | (static_cast<uint32_t>(b) << 16);
+                            if (out_lo)  // exact differences, rounded once
+                                l[j] =
+                                    f2h(f[2 * j] - h2f(a)) | (static_cast<uint32_t>(f2h(f[2 * j + 1] - h2f(b))) << 16);
+                        }
+                        *reinterpret_cast<uint4*>(out + s0 + i) = uint4{h[0], h[1], h[2], h[3]};
+                        if (out_lo) *reinterpret_cast<uint4*>(out_lo + s0 + i) = uint4{l[0], l[1], l[2], l[3]};
                     }
                     continue;
                 }
