@@ -145,7 +145,10 @@ public:
     gpuStream_t stream() const { return stream_; }
 
 private:
-    // ---- step preparation (gpu_backend.cpp) ----
+    static constexpr int32_t kBlockTokens = 16;  // positions per KV block
+    static constexpr int kScoreGroup = 64;       // prompt-scored rows per output projection
+
+    // ---- step preparation (gpu_backend.cpp; construction in gpu_setup.cpp) ----
     void validate(const engine::StepPlan& plan) const;
     void build_rows(const engine::StepPlan& plan);
     void upload();
