@@ -191,6 +191,11 @@ LOOM_DEV uint16_t f2h(float f) {
 #endif
 }
 
+/// The F16 low part of x whose high part is hi = f2h(x): the exact difference x - hi rounded
+/// once, so that hi + lo is x to about 2^-22 of it (the F16 high and low parts of the split
+/// products and of the GEMM prefill attention's operands; IEEE 754: x - hi is exact, Sterbenz).
+LOOM_DEV uint16_t f16_lo(float x, uint16_t hi) { return f2h(x - h2f(hi)); }
+
 /// bfloat16 bits -> float (the high half of the float's bits).
 LOOM_DEV float bf2f(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
 

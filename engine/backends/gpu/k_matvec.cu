@@ -176,9 +176,8 @@ __global__ void __launch_bounds__(128)
                         for (int j = 0; j < 4; ++j) {
                             const uint16_t a = f2h(f[2 * j]), b = f2h(f[2 * j + 1]);
                             h[j] = a | (static_cast<uint32_t>(b) << 16);
-                            if (out_lo)  // exact differences, rounded once
-                                l[j] =
-                                    f2h(f[2 * j] - h2f(a)) | (static_cast<uint32_t>(f2h(f[2 * j + 1] - h2f(b))) << 16);
+                            if (out_lo)
+                                l[j] = f16_lo(f[2 * j], a) | (static_cast<uint32_t>(f16_lo(f[2 * j + 1], b)) << 16);
                         }
                         *reinterpret_cast<uint4*>(out + s0 + i) = uint4{h[0], h[1], h[2], h[3]};
                         if (out_lo) *reinterpret_cast<uint4*>(out_lo + s0 + i) = uint4{l[0], l[1], l[2], l[3]};
@@ -193,7 +192,7 @@ __global__ void __launch_bounds__(128)
                 if constexpr (sizeof(Out) == 2) {
                     const uint16_t h = f2h(f);
                     out[s0 + i] = h;
-                    if (out_lo) out_lo[s0 + i] = f2h(f - h2f(h));  // exact difference, rounded once
+                    if (out_lo) out_lo[s0 + i] = f16_lo(f, h);
                 } else {
                     out[s0 + i] = f;
                 }

@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kAttnT)
     const float x = q[a.t * q_ld + a.col];
     const uint16_t hi = f2h(x);
     qp[a.o] = hi;
-    if (lo) lo[a.o] = f2h(x - h2f(hi));
+    if (lo) lo[a.o] = f16_lo(x, hi);
 }
 
 // att[t][(g * group + j) * hd + d] = op[g][t][j][d] for the n rows of a chunk.
@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(kAttnT) attn_softmax_kernel(const float* S, ui
         const float x = j < valid ? expf(s[j] - mx) * inv : 0.0f;
         const uint16_t h = f2h(x);
         p[j] = h;
-        if (pl) pl[j] = f2h(x - h2f(h));
+        if (pl) pl[j] = f16_lo(x, h);
     }
 }
 
