@@ -124,12 +124,15 @@ class GpuEmulator(unittest.TestCase):
         self.assertTrue(m, p.stdout)
         self.assertTrue(all(int(x) > 0 for x in m.groups()), p.stdout)  # every kind was checked
 
-    def check(self, model, ref, tol, n_cases=3, args=()):
-        """Asserts the greedy tokens equal and the largest |logprob difference| below tol; returns it."""
+    def check(self, model, ref, tol, n_cases=3, args=(), keep=None):
+        """Asserts the greedy tokens equal and the largest |logprob difference| below tol; returns it
+        (and appends the engine's results to `keep` when given)."""
         with open(shared(ref)) as f:
             cases = json.load(f)["cases"][:n_cases]
         want = generate(CPU, shared(model), cases)
         got = generate(EMU, shared(model), cases, args)
+        if keep is not None:
+            keep.append(got)
         worst = 0.0
         for cid in want:
             self.assertEqual([t[0] for t in got[cid]], [t[0] for t in want[cid]], f"{model} {cid}")
@@ -171,13 +174,26 @@ class GpuEmulator(unittest.TestCase):
         # the three prompts (24 prefill rows, then 3 decode rows) through the GEMM path. Without
         # the split, wide Q4_K is 1.05e-2 from the CPU engine (weights rounded to F16); with it
         # 1.2e-5, and wide F16 (exact weights) 1.3e-5, 9.8e-3 without the activations' low part.
+        # With --decode-gemm-rows 64 the Q4_K and Q6_K matrices take the decode GEMM's exact
+        # kernel instead (quants as exact F16 integers, the activations' two parts; one prompt, as
+        # the emulator runs it slowly): Q4_K 1.0e-5, Q4_K_M (Q6_K for some matrices) 9.0e-6. Its
+        # logprobs differ from the split copies' (another summation), which shows the kernel ran.
         args = ["--kv-f32", "--matvec-rows", "1"]
         q4 = ("models/wide/stories260K-wide-q4_k.gguf", "reference/stories260K-wide-q4_k.json")
         self.assertGreater(self.check(*q4, 5e-2, 3, args), 2e-3, "the GEMM path was not reached")
+        runs = []
         for t in ("q4_k", "f16"):
             with self.subTest(type=t):
                 self.check(f"models/wide/stories260K-wide-{t}.gguf", f"reference/stories260K-wide-{t}.json", 2e-3, 3,
-                           [*args, "--split-products"])
+                           [*args, "--split-products"], runs)
+        exact = [*args, "--split-products", "--decode-gemm-rows", "64"]
+        for t in ("q4_k", "q4_k_m"):
+            with self.subTest(type=t, kernel="exact"):
+                self.check(f"models/wide/stories260K-wide-{t}.gguf", f"reference/stories260K-wide-{t}.json", 2e-3, 1,
+                           exact, runs)
+        moved = max(abs(v - runs[2][cid][i][1].get(tok, v)) for cid in runs[2]
+                    for i, (_, lp) in enumerate(runs[0][cid]) for tok, v in lp.items())
+        self.assertGreater(moved, 0.0, "the exact kernel did not run")
 
     def test_long_rows_every_decode_path(self):
         # Rows of several chunks per thread and several row groups per block (ffn_down has 4352

@@ -5,7 +5,12 @@
 // 16-bit types at 200) or whole (K-quants at 512: several K splits); F16 and F32 activations;
 // y stored or added to; the Q4_K fragment kernel also with one K split over 24 and 40 blocks,
 // and the Q6_K fragment kernel (q6_frag) at every row count, over 24 blocks in one split and
-// over 40 blocks in its own splits, against f16(f16(d * sc) * (q - 32)).
+// over 40 blocks in its own splits, against f16(f16(d * sc) * (q - 32)). The exact kernel (split
+// products: QgLow, the activations' parts and block sums made by to_f16 on the device) for Q4_K
+// and Q6_K at 1-65 rows and over 40 blocks, against the unrounded product of the F32 dequantized
+// weights (the CPU engine's) and F32 activations: |gpu - ref| <= 2e-6 * sum |x w| + 1e-6 (on the
+// emulator at most 9.5e-7 of it, Q4_K's d sc q and dmin m terms being larger than w; without the
+// activations' low parts, Q6_K's low parts or the sums' low parts, 1e-5 and more).
 // Weights are random floats quantized with model/quant's quantizers and
 // repacked into the device layout; the reference dequantizes the same blocks (quant.hpp) and
 // rounds weights and activations to F16 as the kernel's operands are, so that only the F32
@@ -92,16 +97,18 @@ struct Case {
     bool tiled = false;   // Q4_K with F16 x: the tile kernel instead of the fragment kernel
     int splits = 0;       // > 0: this many K splits instead of qgemm_splits's
     bool q6frag = false;  // Q6_K with F16 x: the fragment kernel instead of the tile kernel
+    bool exact = false;   // Q4_K or Q6_K: the exact kernel (split products)
 };
 
 // Whether the case runs a fragment kernel (Q4_K with F16 x unless tiled, or q6frag).
-bool frag(const Case& c) { return (c.type == kQ4_K && c.x16 && !c.tiled) || c.q6frag; }
+bool frag(const Case& c) { return (c.type == kQ4_K && c.x16 && !c.tiled) || c.q6frag || c.exact; }
 
 // The case's kernel, for the printed lines.
-const char* kernel_label(const Case& c) { return c.tiled ? " tiled" : frag(c) ? " frag" : ""; }
+const char* kernel_label(const Case& c) { return c.exact ? " exact" : c.tiled ? " tiled" : frag(c) ? " frag" : ""; }
 
-// Runs one case; returns true when every output agrees with the reference.
-bool run_case(const Case& c, std::mt19937_64& rng) {
+// Runs one case; returns true when every output agrees with the reference. `worst` gets the
+// largest |gpu - ref| / sum |x w| of the case.
+bool run_case(const Case& c, std::mt19937_64& rng, double& worst) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int N = c.N, K = c.K, M = c.M;
     // Weights: random rows (a few large values so the scales vary), in GGUF layout.
@@ -111,7 +118,8 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
     for (int n = 0; n < N; ++n) {
         for (int k = 0; k < K; ++k) row[k] = nd(rng) * (k % 97 == 0 ? 4.0f : 0.5f);
         model::quantize_row(c.type, row.data(), gg.data() + gg_row * n, K);
-        if (frag(c) && c.type == kQ4_K) q4k_f16_weights(gg.data() + gg_row * n, K, w.data() + size_t(n) * K);
+        if (c.exact) model::dequantize_row(c.type, gg.data() + gg_row * n, w.data() + static_cast<size_t>(n) * K, K);
+        else if (frag(c) && c.type == kQ4_K) q4k_f16_weights(gg.data() + gg_row * n, K, w.data() + size_t(n) * K);
         else if (frag(c)) q6k_f16_weights(gg.data() + gg_row * n, K, w.data() + size_t(n) * K);
         else model::dequantize_row(c.type, gg.data() + gg_row * n, w.data() + static_cast<size_t>(n) * K, K);
     }
@@ -143,16 +151,28 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
     dm.cols = K;
     dm.row_bytes = dev_row;
     dm.data = dw;
-    qgemm(dm, c.x16 ? nullptr : dx, c.x16 ? dxh : nullptr, ldx, M, dy, ldy, c.add, static_cast<float*>(dpart), nullptr,
-          !c.tiled, c.splits, c.q6frag);
+    uint16_t *dxl = nullptr, *dsums = nullptr;
+    if (c.exact) {  // the parts and block sums as the engine makes them: to_f16 over dx
+        const int64_t ld_sums = K / 16 + 2;
+        dxl = device_copy(xh);
+        dsums = device_copy(std::vector<uint16_t>(static_cast<size_t>(M) * ld_sums, 0));
+        to_f16(dx, ldx, K, M, dxh, ldx, nullptr, dxl, dsums, ld_sums);
+        const QgLow low{dxl, dsums, ld_sums};
+        qgemm(dm, nullptr, dxh, ldx, M, dy, ldy, c.add, static_cast<float*>(dpart), nullptr, true, c.splits, true,
+              &low);
+    } else {
+        qgemm(dm, c.x16 ? nullptr : dx, c.x16 ? dxh : nullptr, ldx, M, dy, ldy, c.add, static_cast<float*>(dpart),
+              nullptr, !c.tiled, c.splits, c.q6frag);
+    }
     LOOM_GPU_CHECK(gpuDeviceSynchronize());
     std::vector<float> y(y0.size());
     LOOM_GPU_CHECK(gpuMemcpy(y.data(), dy, y.size() * sizeof(float), gpuMemcpyDeviceToHost));
-    for (void* p :
-         {static_cast<void*>(dw), static_cast<void*>(dx), static_cast<void*>(dxh), static_cast<void*>(dy), dpart})
+    for (void* p : {static_cast<void*>(dw), static_cast<void*>(dx), static_cast<void*>(dxh), static_cast<void*>(dy),
+                    dpart, static_cast<void*>(dxl), static_cast<void*>(dsums)})
         if (p) (void)gpuFree(p);
 
     bool ok = true;
+    worst = 0.0;
     for (int m = 0; m < M && ok; ++m)
         for (int n = 0; n < ldy && ok; ++n) {
             const size_t i = static_cast<size_t>(m) * ldy + n;
@@ -165,13 +185,16 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
             }
             double ref = 0.0, mag = 0.0;
             for (int k = 0; k < K; ++k) {
+                const float xv = x[m * ldx + k], wv = w[static_cast<size_t>(n) * K + k];
                 const double p =
-                    static_cast<double>(f16_round(x[m * ldx + k])) * f16_round(w[static_cast<size_t>(n) * K + k]);
+                    c.exact ? static_cast<double>(xv) * wv : static_cast<double>(f16_round(xv)) * f16_round(wv);
                 ref += p;
                 mag += std::fabs(p);
             }
             if (c.add) ref += y0[i];
-            if (!(std::fabs(y[i] - ref) <= 1e-5 * mag + 1e-6 * (1.0 + std::fabs(ref)))) {
+            const double rel = c.exact ? 2e-6 : 1e-5;
+            worst = std::max(worst, std::fabs(y[i] - ref) / std::max(mag, 1e-30));
+            if (!(std::fabs(y[i] - ref) <= rel * mag + 1e-6 * (1.0 + std::fabs(ref)))) {
                 std::printf(
                     "FAIL %s%s N=%d K=%d M=%d x16=%d add=%d: y[%d][%d] = %.7g, reference %.7g (sum |xw| %.4g)\n",
                     c.name, kernel_label(c), N, K, M, c.x16, c.add, m, n, y[i], ref, mag);
@@ -231,16 +254,34 @@ int main(int argc, char** argv) {
     // The Q6_K fragment kernel the same ways: one split over 24 blocks, and its own splits over 40.
     for (const auto& [K, M, N, sp] : {std::array<int, 4>{6144, 9, 130, 1}, std::array<int, 4>{10240, 40, 7, 0}})
         cases.push_back({kQ6_K, "q6_K", N, K, M, true, M == 9, false, sp, true});
+    // The exact kernel (split products): 2-row tiles (1-16 rows) and 4 (17-32 and beyond, several
+    // blocks of 32 rows), partial tiles, weight rows past a 128-row block, one split over 24
+    // blocks, its own splits over 40.
+    for (uint32_t type : {kQ4_K, kQ6_K}) {
+        const char* name = type == kQ4_K ? "q4_K" : "q6_K";
+        for (int M : {1, 3, 16, 17, 33, 64, 65}) {
+            if (quick && M > 17) continue;
+            cases.push_back({type, name, M % 2 ? 130 : 7, 512, M, true, M % 4 == 1});
+            cases.back().exact = true;
+        }
+        cases.push_back({type, name, 130, 6144, 9, true, false, false, 1});
+        cases.back().exact = true;
+        cases.push_back({type, name, 7, 10240, 40, true, true});
+        cases.back().exact = true;
+    }
     std::mt19937_64 rng(20261203);
     int bad = 0;
     for (const Case& c : cases) {
-        if (!run_case(c, rng)) ++bad;
-        else
-            std::printf("ok %s%s N=%d K=%d M=%d x16=%d add=%d splits=%d\n", c.name, kernel_label(c), c.N, c.K, c.M,
-                        c.x16, c.add,
-                        c.splits > 0 ? c.splits
-                        : frag(c)    ? std::min(qgemm_splits(c.N, c.K, c.M), c.K / 256)
-                                     : qgemm_splits(c.N, c.K, c.M));
+        double worst = 0.0;
+        if (!run_case(c, rng, worst)) {
+            ++bad;
+            continue;
+        }
+        const int splits = c.splits > 0 ? c.splits
+                           : frag(c)    ? std::min(qgemm_splits(c.N, c.K, c.M), c.K / 256)
+                                        : qgemm_splits(c.N, c.K, c.M);
+        std::printf("ok %s%s N=%d K=%d M=%d x16=%d add=%d splits=%d worst %.2e of sum |xw|\n", c.name, kernel_label(c),
+                    c.N, c.K, c.M, c.x16, c.add, splits, worst);
     }
     std::printf("qgemm: %zu cases, %d disagree\n", cases.size(), bad);
     return bad ? 1 : 0;

@@ -84,12 +84,15 @@ struct GpuOptions {
     /// kernel after a separate RMSNorm (false: --no-matvec-single, for comparisons).
     bool matvec_single = true;
     /// Every GEMM-path product (steps of more than matvec_rows rows: prefill, larger decode
-    /// steps, the logits) on F16 high and low parts of its activations and weights
-    /// (Gemm::run_split: Xh.Wh + Xl.Wh + Xh.Wl, three tensor-core products for dequantized
-    /// weights, two for F16 ones), so that neither operand is rounded to F16; the decode GEMM is
-    /// off (decode_gemm_rows must be 0 or -1). The matvec and attention paths are unchanged
-    /// (F32 products; the prefill attention's own choice), so with kv_f32 the logprobs are about
-    /// F32's (docs/benchmarks.md).
+    /// steps, the logits) on F16 high and low parts of its activations and weights, so that
+    /// neither operand is rounded to F16: Q4_K and Q6_K matrices in steps of up to
+    /// decode_gemm_rows rows through the decode GEMM's exact kernel (kernels.hpp qgemm with
+    /// QgLow: the quants as exact F16 integers, the activations' two parts, the block scales in
+    /// F32; no copy of the weights), the others through Gemm::run_split (Xh.Wh + Xl.Wh + Xh.Wl,
+    /// three tensor-core products for weights dequantized into both parts, two for F16 ones).
+    /// Not with decode_gemm_tiled or decode_gemm_f16 (std::invalid_argument). The matvec and
+    /// attention paths are unchanged (F32 products; the prefill attention's own choice), so with
+    /// kv_f32 the logprobs are about F32's (docs/benchmarks.md).
     bool split_products = false;
 };
 
@@ -214,6 +217,8 @@ private:
     // split_products: the dequantized weights' low parts, and F16 high and low parts of a GEMM's
     // input ([R][ld_xs_] each; cuBLAS and the emulator).
     uint16_t *wscratch_lo_ = nullptr, *xs_hi_ = nullptr, *xs_lo_ = nullptr;
+    uint16_t* xs_sum_ = nullptr;  // [Rx][ld_sum_] the parts' block sums for the exact decode GEMM
+    int64_t ld_sum_ = 0;
     int64_t ld_xs_ = 0;
     float* logits_ = nullptr;   // [logit_rows_][ld_v]
     int logit_rows_ = 0;        // max(max_slots, score group)

@@ -74,13 +74,24 @@ void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat
     }
     const bool tc = rows <= opts_.decode_gemm_rows;
     const bool split = opts_.split_products;
-    // Split products: the input's F16 high and low parts, once for every matrix of the call
-    // (they share x32 and its width).
-    if (split && xs_hi_) to_f16(x32, ldx, static_cast<int>(mats[0]->cols), rows, xs_hi_, ld_xs_, stream_, xs_lo_);
+    // Split products: the input's F16 high and low parts (and for the decode GEMM their block
+    // sums), once for every matrix of the call (they share x32 and its width), unless every
+    // matrix is F32 (cuBLAS reads x32 then).
+    const int K0 = static_cast<int>(mats[0]->cols);
+    const bool sums = split && tc && xs_sum_ && K0 % 256 == 0;
+    bool parts = false;
+    for (int i = 0; i < nmat; ++i) parts = parts || mats[i]->type != kF32;
+    if (split && xs_hi_ && parts)
+        to_f16(x32, ldx, K0, rows, xs_hi_, ld_xs_, stream_, xs_lo_, sums ? xs_sum_ : nullptr, ld_sum_);
     for (int i = 0; i < nmat; ++i) {
         const DevMatrix& m = *mats[i];
         const int K = static_cast<int>(m.cols);
-        if (tc && qgemm_supports(m.type, m.cols) && (m.type != kF16 || opts_.decode_gemm_f16)) {
+        if (sums && qgemm_exact_supports(m.type, m.cols)) {  // split: the decode GEMM's exact kernel
+            const QgLow low{xs_lo_, xs_sum_, ld_sum_};
+            qgemm(m, nullptr, xs_hi_, ld_xs_, rows, ys[i], ldy, add, qg_part_, stream_, true, 0, true, &low);
+            continue;
+        }
+        if (tc && !split && qgemm_supports(m.type, m.cols) && (m.type != kF16 || opts_.decode_gemm_f16)) {
             qgemm(m, x32, x16, x16 ? ldx16 : ldx, rows, ys[i], ldy, add, qg_part_, stream_, !opts_.decode_gemm_tiled, 0,
                   !opts_.decode_gemm_tiled);
             continue;

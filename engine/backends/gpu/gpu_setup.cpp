@@ -55,9 +55,10 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
         throw std::invalid_argument("GPU options out of range (slots and step tokens >= 1, KV fraction in (0, 1])");
     check_tensor_types(file_, opts.engine_name);
     w_ = engine::LlamaWeights::bind(file_, {opts.engine_name, device_type_supported});
-    if (opts_.split_products && opts_.decode_gemm_rows > 0)
-        throw std::invalid_argument("split products run no decode GEMM (decode_gemm_rows must be 0)");
-    if (opts_.split_products) opts_.decode_gemm_rows = 0;
+    if (opts_.split_products && (opts_.decode_gemm_tiled || opts_.decode_gemm_f16))
+        throw std::invalid_argument(
+            "split products take the decode GEMM's exact kernel for Q4_K and Q6_K and split the others' "
+            "operands: not the tile kernel or F16 matrices through the decode GEMM, which round to F16");
     if (opts_.decode_gemm_rows > 0 && !qgemm_available())
         throw std::invalid_argument("this build has no tensor-core decode GEMM (decode_gemm_rows must be 0)");
 #if defined(LOOM_GPU_CUDA)
@@ -152,6 +153,10 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
         ld_xs_ = std::max({ld_d_, ld_att_, ld_ff_});
         xs_hi_ = alloc<uint16_t>(Rx * ld_xs_);
         xs_lo_ = alloc<uint16_t>(Rx * ld_xs_);
+        if (opts_.decode_gemm_rows > 0) {  // the decode GEMM's exact kernel: block sums (QgLow)
+            ld_sum_ = ld_xs_ / 16;
+            xs_sum_ = alloc<uint16_t>(Rx * ld_sum_);
+        }
     }
     // GEMM prefill attention: gathered K/V for a whole context, packed Q and O for a step, and
     // scores for kAttnScratch bytes (scores F32 + softmax F16, and its low part when split), at

@@ -60,13 +60,29 @@ __global__ void swiglu_kernel(const float* y, int64_t ldy, int ff, float* g, int
     }
 }
 
-__global__ void to_f16_kernel(const float* x, int64_t ldx, int n, uint16_t* y, int64_t ldy, uint16_t* lo) {
+// With sums (n a multiple of 256, so that every warp covers 32 aligned columns of a row), lane 0
+// of each warp writes its 32 columns' sum of the two parts (a fixed shuffle tree) as F16 high
+// and low parts at kernels.hpp QgLow's places.
+__global__ void to_f16_kernel(const float* x, int64_t ldx, int n, uint16_t* y, int64_t ldy, uint16_t* lo,
+                              uint16_t* sums, int64_t ld_sums) {
     for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
          i += static_cast<int>(gridDim.x * blockDim.x)) {
         const float v = x[blockIdx.y * ldx + i];
         const uint16_t h = f2h(v);
         y[blockIdx.y * ldy + i] = h;
-        if (lo) lo[blockIdx.y * ldy + i] = f2h(v - h2f(h));
+        if (!lo) continue;
+        const uint16_t l = f16_lo(v, h);
+        lo[blockIdx.y * ldy + i] = l;
+        if (!sums) continue;
+        float sum = h2f(h) + h2f(l);
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) sum += shfl_xor(sum, m);  // 32 lanes, on 64-wide wavefronts too
+        if ((threadIdx.x & 31) == 0) {
+            uint16_t* p = sums + blockIdx.y * ld_sums + 16 * (i >> 8) + ((i >> 5) & 7);
+            const uint16_t sh = f2h(sum);
+            p[0] = sh;
+            p[8] = f16_lo(sum, sh);
+        }
     }
 }
 
@@ -439,10 +455,15 @@ void swiglu(const float* y, int64_t ldy, int ff, int rows, float* g, int64_t ldg
     LOOM_GPU_CHECK_LAUNCH();
 }
 
-void to_f16(const float* x, int64_t ldx, int n, int rows, uint16_t* y, int64_t ldy, gpuStream_t s, uint16_t* lo) {
+void to_f16(const float* x, int64_t ldx, int n, int rows, uint16_t* y, int64_t ldy, gpuStream_t s, uint16_t* lo,
+            uint16_t* sums, int64_t ld_sums) {
+    if (sums && !(lo && n % 256 == 0 && ld_sums >= n / 16))
+        throw GpuError(
+            "to_f16: block sums need the low parts, whole 256-column blocks and room for n / 16 halves a row");
     if (rows <= 0) return;
     auto k = to_f16_kernel;
-    LOOM_LAUNCH(k, dim3(blocks_for(n, 256, 64), static_cast<unsigned>(rows)), 256, 0, s, x, ldx, n, y, ldy, lo);
+    LOOM_LAUNCH(k, dim3(blocks_for(n, 256, 64), static_cast<unsigned>(rows)), 256, 0, s, x, ldx, n, y, ldy, lo, sums,
+                ld_sums);
     LOOM_GPU_CHECK_LAUNCH();
 }
 

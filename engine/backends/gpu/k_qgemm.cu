@@ -31,6 +31,10 @@ size_t qgemm_partial_floats(int64_t n, int64_t k, int M) {
     return s > 1 ? static_cast<size_t>(s) * static_cast<size_t>(M) * static_cast<size_t>(n) : 0;
 }
 
+bool qgemm_exact_supports(uint32_t type, int64_t cols) {
+    return qgemm_available() && (type == kQ4_K || type == kQ6_K) && cols > 0 && cols % 256 == 0;
+}
+
 bool qgemm_supports(uint32_t type, int64_t cols) {
     const bool t = type == kF16 || type == kBF16 || type == kQ8_0 || type == kQ4_K || type == kQ6_K;
     return t && cols > 0 && cols % 8 == 0;
@@ -41,7 +45,7 @@ bool qgemm_supports(uint32_t type, int64_t cols) {
 bool qgemm_available() { return false; }
 
 void qgemm(const DevMatrix&, const float*, const uint16_t*, int64_t, int, float*, int64_t, bool, float*, gpuStream_t,
-           bool, int, bool) {
+           bool, int, bool, const QgLow*) {
     throw GpuError("qgemm: the tensor-core decode GEMM is not built for HIP");
 }
 
@@ -209,13 +213,18 @@ void launch_qgemm(const QgArgs& a, int splits, gpuStream_t s) {
 bool qgemm_available() { return true; }
 
 void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ldx, int M, float* y, int64_t ldy,
-           bool add, float* part, gpuStream_t s, bool q4_frag, int splits_asked, bool q6_frag) {
+           bool add, float* part, gpuStream_t s, bool q4_frag, int splits_asked, bool q6_frag, const QgLow* low) {
     if (M <= 0 || w.rows <= 0) return;
     if (!qgemm_supports(w.type, w.cols))
         throw GpuError("qgemm: weights of type " + std::to_string(w.type) + " and " + std::to_string(w.cols) +
                        " columns are not supported");
-    const QgArgs a{w, x32, x16, ldx, M, y, ldy, add, part};
-    const bool frag = frag_takes(a, q4_frag, q6_frag);
+    if (low && !(qgemm_exact_supports(w.type, w.cols) && x16 && low->x_lo && low->sums && low->ld_sums >= w.cols / 16))
+        throw GpuError(
+            "qgemm: split products need Q4_K or Q6_K weights in whole 256-column blocks, F16 high parts, "
+            "their low parts and block sums");
+    QgArgs a{w, x32, x16, ldx, M, y, ldy, add, part};
+    if (low) a.x_lo = low->x_lo, a.sums = low->sums, a.ld_sums = low->ld_sums;
+    const bool frag = low || frag_takes(a, q4_frag, q6_frag);
     int splits = splits_asked > 0 ? splits_asked : qgemm_splits(w.rows, w.cols, M);
     if (frag) splits = std::min<int>(splits, static_cast<int>(w.cols / 256));  // its tiles are 256 columns
     if (splits > 1 && !part) throw GpuError("qgemm: split-K needs a partials buffer");

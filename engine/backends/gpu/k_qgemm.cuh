@@ -148,6 +148,11 @@ struct QgArgs {
     int64_t ldy;
     bool add;
     float* part;  // [splits][M][N] when gridDim.z > 1
+    // Split products (kernels.hpp QgLow): the activations' F16 low parts (x16 holds the high
+    // parts; same ldx) and their block sums; null otherwise.
+    const uint16_t* x_lo = nullptr;
+    const uint16_t* sums = nullptr;
+    int64_t ld_sums = 0;
 };
 
 // Stores (or adds, or writes as split partials) a warp's results: acc[i][e] is weight row
@@ -180,7 +185,9 @@ inline bool frag_takes(const QgArgs& a, bool q4, bool q6) {
 }
 
 /// The fragment kernels (k_qgemm_frag.cu) for frag_takes() calls, Q4_K or Q6_K by a.w.type: NT
-/// 8-row activation tiles a block (2, 4 or 8), `splits` K splits (at most one per 256 columns).
+/// 8-row activation tiles a block (2, 4 or 8; 2 or 4 with a.x_lo), `splits` K splits (at most
+/// one per 256 columns). With a.x_lo (the split products) the exact kernel: integer weights
+/// exact in F16, the activations' high and low parts, the block scales applied in F32.
 void qgemm_frag(const QgArgs& a, int nt, int splits, gpuStream_t s);
 
 }  // namespace qg

@@ -19,6 +19,16 @@
 //    for a term 2^-11 of it, as the tile kernel's F32 dequantization rounds it (rounding
 //    d * sc to F16 first moved the wide Q6_K model's logprobs by 1.4e-2 against 1.1e-2).
 //
+//  - The exact kernel (QgArgs::x_lo set: --split-products, kernels.hpp QgLow) rounds no weight:
+//    the A operands are integers exact in F16 (Q4_K: sc * q <= 945; Q6_K: v = sc * (q - 32),
+//    |v| <= 4096, as f16(v) and the remainder v - f16(v), one fma), each multiplied with the
+//    activations' high and low parts (two products, Q6_K three; vl . xl, below 2^-22 of the
+//    product, is dropped) into a block accumulator, which the row's d scales in F32 once the
+//    block's 16 k-steps are done; Q4_K then subtracts dmin * sum_sb m_sb (sum of x over sb) by
+//    one more product of the mins with the block sums to_f16 wrote (F16 high and low parts).
+//    Both parts are staged (an activation task a thread for each), so a block takes at most 32
+//    rows; 163-205 registers, one block an SM.
+//
 // The K order is permuted so that each lane's quants land in its fragment slots: in k-step s
 // (0..15) of a block, A slot j (the pair of columns 2j, 2j + 1 of the step) holds pair s of the
 // first group of lane j (j < 4) or the second group of lane j - 4 (j >= 4), that is columns
@@ -34,7 +44,10 @@
 // byte 64n + 32(k % 2) + l (low nibble for k < 2) and qh byte 32n + l bits 2k, 2k + 1, scale
 // 8n + 2k + l / 16); PTX ISA 8.x "mma" (m16n8k16 fragment layouts), "ldmatrix", "prmt",
 // "fma.f16x2"; IEEE 754 binary16 (an integer q < 1024 OR-ed into the mantissa of 1024.0 is
-// 1024 + q exactly, the bit trick int4-to-F16 converters use).
+// 1024 + q exactly, the bit trick int4-to-F16 converters use; integers up to 2048 are exact);
+// the high/low operand split for F32 accuracy on F16 tensor cores as in Ootomo and Yokota
+// (2022), "Recovering single precision accuracy from Tensor Cores while surpassing the FP32
+// theoretical peak performance".
 #include <algorithm>
 
 #include "engine/backends/gpu/k_qgemm.cuh"
@@ -95,7 +108,9 @@ struct Q4Scales {
     uint32_t lo_s, lo_m, hi_s, hi_m;
 };
 
-LOOM_DEV Q4Scales q4_scales(const uint4& h, int t) {
+// The 6-bit scales and mins of sub-blocks 2t and 2t + 1 of the block whose header is h, as F16
+// pairs (sc0, sc1) and (m0, m1): small integers, exact.
+LOOM_DEV void q4_sc_mn(const uint4& h, int t, uint32_t& s2, uint32_t& m2) {
     // Sub-blocks 2t, 2t + 1 use bytes 2(t & 1), 2(t & 1) + 1 of the scale words (get_scale_min_k4).
     const int sh = 16 * (t & 1);
     const uint32_t ys = h.y >> sh, zs = h.z >> sh, ws = h.w >> sh;
@@ -107,20 +122,25 @@ LOOM_DEV Q4Scales q4_scales(const uint4& h, int t) {
         sc = (ws & 0x0F0Fu) | ((ys >> 2) & 0x3030u);
         mn = ((ws >> 4) & 0x0F0Fu) | ((zs >> 2) & 0x3030u);
     }
-    const uint32_t s2 = h2_sub(spread(sc, 0x4140u) | kLo, kLo);  // (sc0, sc1), exact
-    const uint32_t m2 = h2_sub(spread(mn, 0x4140u) | kLo, kLo);
+    s2 = h2_sub(spread(sc, 0x4140u) | kLo, kLo);
+    m2 = h2_sub(spread(mn, 0x4140u) | kLo, kLo);
+}
+
+LOOM_DEV Q4Scales q4_scales(const uint4& h, int t) {
+    uint32_t s2, m2;
+    q4_sc_mn(h, t, s2, m2);
     const uint32_t ds = h2_mul(s2, __byte_perm(h.x, 0u, 0x1010u));                // times (d, d)
     const uint32_t dm = h2_mul(m2, __byte_perm(h.x, 0u, 0x3232u)) ^ 0x80008000u;  // -(dmin m)
     return Q4Scales{__byte_perm(ds, 0u, 0x1010u), __byte_perm(dm, 0u, 0x1010u), __byte_perm(ds, 0u, 0x3232u),
                     __byte_perm(dm, 0u, 0x3232u)};
 }
 
-// Quant word w (bytes 32t + 4(s / 2)..) of a row in k-step s: lo gets the step's pair of
-// sub-block 2t (slot t), hi that of sub-block 2t + 1 (slot t + 4).
-LOOM_DEV void q4_pairs(uint32_t w, int s, const Q4Scales& k, uint32_t& lo, uint32_t& hi) {
+// Quant word w (bytes 32t + 4(s / 2)..) of a row in k-step s: the step's nibble pairs as F16
+// pairs, nl of sub-block 2t (slot t), nh of sub-block 2t + 1 (slot t + 4).
+LOOM_DEV void q4_nibbles(uint32_t w, int s, uint32_t& nl, uint32_t& nh) {
     const uint32_t x = spread(w, (s & 1) ? 0x4342u : 0x4140u);
-    lo = h2_fma(h2_sub((x & 0x000F000Fu) | kLo, kLo), k.lo_s, k.lo_m);
-    hi = h2_fma(h2_sub((x & 0x00F000F0u) | kHi, kHi), k.hi_s, k.hi_m);
+    nl = h2_sub((x & 0x000F000Fu) | kLo, kLo);
+    nh = h2_sub((x & 0x00F000F0u) | kHi, kHi);
 }
 
 LOOM_DEV uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
@@ -134,6 +154,14 @@ struct Q4Frag {
         uint4 h, q0, q1;
     };
     using Scales = Q4Scales;
+    /// The exact kernel's operands of one row and block for lane t: its sub-blocks' scales
+    /// (sc0 and sc1 broadcast, F16 integers), their mins (m0, m1) and the block's d and dmin.
+    struct Exact {
+        uint32_t s_lo, s_hi, mins;
+        float d, dmin;
+    };
+    static constexpr bool kMins = true;       // the exact kernel subtracts dmin * m * sum x
+    static constexpr bool kLowParts = false;  // sc * q <= 945 is exact in F16
     /// 32-column group of the block whose step pairs fill slot j (0..7): sub-block 2j, 2(j - 4) + 1.
     static constexpr LOOM_HD int group(int j) { return j < 4 ? 2 * j : 2 * (j - 4) + 1; }
     static LOOM_DEV void load(const uint8_t* blk, int t, Raw& r) {
@@ -146,7 +174,26 @@ struct Q4Frag {
     /// Step s's A pairs of the row: slot t (lo) and slot t + 4 (hi).
     static LOOM_DEV void pairs(const Raw& r, const Scales& k, int s, uint32_t& lo, uint32_t& hi) {
         const int wi = s >> 1;
-        q4_pairs(wi < 4 ? word(r.q0, wi) : word(r.q1, wi - 4), s, k, lo, hi);
+        uint32_t nl, nh;
+        q4_nibbles(wi < 4 ? word(r.q0, wi) : word(r.q1, wi - 4), s, nl, nh);
+        lo = h2_fma(nl, k.lo_s, k.lo_m);
+        hi = h2_fma(nh, k.hi_s, k.hi_m);
+    }
+    static LOOM_DEV Exact exact(const Raw& r, int t) {
+        uint32_t s2, m2;
+        q4_sc_mn(r.h, t, s2, m2);
+        return Exact{__byte_perm(s2, 0u, 0x1010u), __byte_perm(s2, 0u, 0x3232u), m2,
+                     h2f(static_cast<uint16_t>(r.h.x & 0xFFFFu)), h2f(static_cast<uint16_t>(r.h.x >> 16))};
+    }
+    /// Step s's exact A pairs sc * q of the row (slot t: lo, slot t + 4: hi); no low parts.
+    static LOOM_DEV void exact_pairs(const Raw& r, const Exact& k, int s, uint32_t& lo, uint32_t& hi, uint32_t& lo_l,
+                                     uint32_t& hi_l) {
+        const int wi = s >> 1;
+        uint32_t nl, nh;
+        q4_nibbles(wi < 4 ? word(r.q0, wi) : word(r.q1, wi - 4), s, nl, nh);
+        lo = h2_mul(nl, k.s_lo);
+        hi = h2_mul(nh, k.s_hi);
+        lo_l = hi_l = 0u;
     }
 };
 
@@ -211,27 +258,76 @@ struct Q6Frag {
         k.shs = 2 * o + 4;
         return k;
     }
-    static LOOM_DEV void pairs(const Raw& r, const Scales& k, int s, uint32_t& lo, uint32_t& hi) {
+    /// Step s's quant pairs q - 32 (F16, exact) of the first group (nf) and the second (ns),
+    /// with shf, shs the groups' qh shifts.
+    static LOOM_DEV void quants(const Raw& r, int shf, int shs, int s, uint32_t& nf, uint32_t& ns) {
         constexpr uint32_t kLo32 = 0x64206420u;  // (1056, 1056) = 1024 + 32
         const int wi = s >> 1;
         const uint32_t sel = (s & 1) ? 0x4342u : 0x4140u;
         const uint32_t x = spread(wi < 4 ? word(r.l0, wi) : word(r.l1, wi - 4), sel);
         const uint32_t xh = spread(wi < 4 ? word(r.h0, wi) : word(r.h1, wi - 4), sel);
-        const uint32_t qf = (x & 0x000F000Fu) | (((xh >> k.shf) & 0x00030003u) << 4);
-        const uint32_t qs = ((x >> 4) & 0x000F000Fu) | (((xh >> k.shs) & 0x00030003u) << 4);
-        const uint32_t nf = h2_sub(qf | kLo, kLo32), ns = h2_sub(qs | kLo, kLo32);  // q - 32, exact
+        const uint32_t qf = (x & 0x000F000Fu) | (((xh >> shf) & 0x00030003u) << 4);
+        const uint32_t qs = ((x >> 4) & 0x000F000Fu) | (((xh >> shs) & 0x00030003u) << 4);
+        nf = h2_sub(qf | kLo, kLo32);
+        ns = h2_sub(qs | kLo, kLo32);
+    }
+    static LOOM_DEV void pairs(const Raw& r, const Scales& k, int s, uint32_t& lo, uint32_t& hi) {
+        uint32_t nf, ns;
+        quants(r, k.shf, k.shs, s, nf, ns);
         lo = h2_fma(nf, s < 8 ? k.f0 : k.f1, h2_mul(nf, s < 8 ? k.lf0 : k.lf1));
         hi = h2_fma(ns, s < 8 ? k.s0 : k.s1, h2_mul(ns, s < 8 ? k.ls0 : k.ls1));
+    }
+
+    /// The exact kernel's operands of one row and block for lane t: the int8 scales of the
+    /// first group (f0: pairs 0-7, f1: 8-15) and the second (s0, s1) as F16 pairs (exact), the
+    /// qh shifts and the block's d.
+    struct Exact {
+        uint32_t f0, f1, s0, s1;
+        int shf, shs;
+        float d;
+    };
+    static constexpr bool kMins = false;
+    static constexpr bool kLowParts = true;  // |sc (q - 32)| <= 4096: above 2048 F16 rounds it
+    static LOOM_DEV Exact exact(const Raw& r, int t) {
+        const int o = t & 1;
+        auto sc = [&](uint32_t w, int i) {
+            const auto v = static_cast<float>(static_cast<int8_t>(byte_of(w, 2 * o + i)));
+            return pack2(v, v);
+        };
+        return Exact{sc(r.sc.x, 0),
+                     sc(r.sc.x, 1),
+                     sc(r.sc.y, 0),
+                     sc(r.sc.y, 1),
+                     2 * o,
+                     2 * o + 4,
+                     h2f(static_cast<uint16_t>(r.d))};
+    }
+    /// Step s's A pairs v = sc * (q - 32) as F16 high parts (lo: slot t, hi: slot t + 4) and
+    /// their exact remainders v - f16(v) (-1, 0 or 1; lo_l, hi_l): one fma each, exact.
+    static LOOM_DEV void exact_pairs(const Raw& r, const Exact& k, int s, uint32_t& lo, uint32_t& hi, uint32_t& lo_l,
+                                     uint32_t& hi_l) {
+        uint32_t nf, ns;
+        quants(r, k.shf, k.shs, s, nf, ns);
+        const uint32_t cf = s < 8 ? k.f0 : k.f1, cs = s < 8 ? k.s0 : k.s1;
+        lo = h2_mul(nf, cf);
+        hi = h2_mul(ns, cs);
+        lo_l = h2_fma(nf, cf, lo ^ 0x80008000u);
+        hi_l = h2_fma(ns, cs, hi ^ 0x80008000u);
     }
 };
 
 // Block (blockIdx.x: activation rows MT x.., blockIdx.y: weight rows 128 y.., blockIdx.z: K
-// split) of y = x . w^T for the codec F, NT 8-row activation tiles.
-template <class F, int NT>
-__global__ void __launch_bounds__(kQgThreads, NT >= 8 || !F::kTwoBlocks ? 1 : 2) qgemm_frag_kernel(QgArgs a) {
+// split) of y = x . w^T for the codec F, NT 8-row activation tiles. X (the exact kernel, split
+// products): the A operands are F::exact_pairs' integers, multiplied with the activations' high
+// and low parts (a.x16, a.x_lo) into a block accumulator that the row's d scales in F32 after
+// the block; Q4_K subtracts dmin * sum m x through one more product with the block sums.
+template <class F, int NT, bool X>
+__global__ void __launch_bounds__(kQgThreads, X || NT >= 8 || !F::kTwoBlocks ? 1 : 2) qgemm_frag_kernel(QgArgs a) {
     constexpr int MT = 8 * NT;
-    static_assert(MT * 4 <= kQgThreads && NT % 2 == 0, "one activation task a thread");
-    LOOM_DYN_SMEM(uint16_t, sx);  // [MT][kQ4Ld]: one block of activations, F16, permuted K order
+    constexpr int kParts = X ? 2 : 1;  // activation parts staged: high (and low)
+    static_assert(MT * 4 * kParts <= kQgThreads && NT % 2 == 0, "one activation task a thread");
+    // [kParts][MT][kQ4Ld]: one block of activations (each part), F16, permuted K order.
+    LOOM_DYN_SMEM(uint16_t, sx);
     const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid & 31, t = lane & 3;
     const int m0 = static_cast<int>(blockIdx.x) * MT, n0 = static_cast<int>(blockIdx.y) * kQgN + warp * 16;
     const int N = static_cast<int>(a.w.rows), tiles = static_cast<int>(a.w.cols) / kQ4K;
@@ -239,9 +335,10 @@ __global__ void __launch_bounds__(kQgThreads, NT >= 8 || !F::kTwoBlocks ? 1 : 2)
     const int t1 = (static_cast<int>(blockIdx.z) + 1) * tiles / static_cast<int>(gridDim.z);
     const int rw[2] = {n0 + (lane >> 2), n0 + (lane >> 2) + 8};
 
-    // Activation task: row xm of the tile, steps 4 xq..4 xq + 3 (halves 8 xq.. of each sub-block).
-    const bool xtask = tid < MT * 4;
-    const int xm = tid >> 2, xq = tid & 3;
+    // Activation task: row xm of the tile, steps 4 xq..4 xq + 3 (halves 8 xq.. of each
+    // sub-block), of part xpart (X: 0 high, 1 low).
+    const bool xtask = tid < MT * 4 * kParts;
+    const int xq = tid & 3, xpart = X ? (tid >> 2) & 1 : 0, xm = tid >> (X ? 3 : 2);
     uint4 xr[8];  // sub-block sb's halves 8 xq..8 xq + 7: its pairs 4 xq..4 xq + 3
 
     using Raw = typename F::Raw;
@@ -255,13 +352,13 @@ __global__ void __launch_bounds__(kQgThreads, NT >= 8 || !F::kTwoBlocks ? 1 : 2)
     };
     auto load_x = [&](int it) {
         const bool in = xtask && m0 + xm < a.M;
-        const uint16_t* p = a.x16 + static_cast<int64_t>(m0 + xm) * a.ldx + kQ4K * it + 8 * xq;
+        const uint16_t* p = (xpart ? a.x_lo : a.x16) + static_cast<int64_t>(m0 + xm) * a.ldx + kQ4K * it + 8 * xq;
 #pragma unroll
         for (int sb = 0; sb < 8; ++sb) xr[sb] = in ? ld16(p + 32 * sb) : uint4{0u, 0u, 0u, 0u};
     };
     auto store_x = [&]() {
         if (!xtask) return;
-        uint16_t* row = sx + xm * kQ4Ld;
+        uint16_t* row = sx + (xpart * MT + xm) * kQ4Ld;
 #pragma unroll
         for (int u = 0; u < 4; ++u) {  // step s = 4 xq + u: slot j from group F::group(j)
             const int s = 4 * xq + u;
@@ -291,6 +388,66 @@ __global__ void __launch_bounds__(kQgThreads, NT >= 8 || !F::kTwoBlocks ? 1 : 2)
             }
         }
     };
+    // The exact kernel's block it: sum over the block of v (xh + xl) for the integer weights v
+    // (and v's low parts times xh), then acc += d * that (- dmin * sum_sb m (sum of x over sb)).
+    auto compute_exact = [&](const Raw(&r)[2], int it) {
+        const typename F::Exact e0 = F::exact(r[0], t), e1 = F::exact(r[1], t);
+        // Q4_K: the block sums as B fragments (row g of n-tile i: words t, the high parts of
+        // sub-blocks 2t and 2t + 1, and 4 + t, their low parts), loaded now, used after the block.
+        uint32_t bs[NT][2];
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+            const int m = m0 + 8 * i + (lane >> 2);
+            const bool in = F::kMins && m < a.M;
+            const auto* p = reinterpret_cast<const uint32_t*>(a.sums + (in ? m * a.ld_sums + 16 * it : 0));
+            bs[i][0] = in ? p[t] : 0u;
+            bs[i][1] = in ? p[4 + t] : 0u;
+        }
+        float blk[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; ++i) blk[i][0] = blk[i][1] = blk[i][2] = blk[i][3] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < 16; ++s) {
+            uint32_t ah[4], al[4];  // the integers' high parts and (Q6_K) low parts, as af above
+            F::exact_pairs(r[0], e0, s, ah[0], ah[2], al[0], al[2]);
+            F::exact_pairs(r[1], e1, s, ah[1], ah[3], al[1], al[3]);
+#pragma unroll
+            for (int n2 = 0; n2 < NT / 2; ++n2) {
+                uint32_t bh[4], bl[4];
+                frag_b2<kQ4Ld>(sx + n2 * 16 * kQ4Ld + 16 * s, bh);
+                frag_b2<kQ4Ld>(sx + (MT + n2 * 16) * kQ4Ld + 16 * s, bl);
+                mma16816(blk[2 * n2], ah, bh[0], bh[1]);
+                mma16816(blk[2 * n2 + 1], ah, bh[2], bh[3]);
+                mma16816(blk[2 * n2], ah, bl[0], bl[1]);
+                mma16816(blk[2 * n2 + 1], ah, bl[2], bl[3]);
+                if constexpr (F::kLowParts) {  // vl . xl is below 2^-22 of the product: dropped
+                    mma16816(blk[2 * n2], al, bh[0], bh[1]);
+                    mma16816(blk[2 * n2 + 1], al, bh[2], bh[3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+            acc[i][0] = fmaf(e0.d, blk[i][0], acc[i][0]);
+            acc[i][1] = fmaf(e0.d, blk[i][1], acc[i][1]);
+            acc[i][2] = fmaf(e1.d, blk[i][2], acc[i][2]);
+            acc[i][3] = fmaf(e1.d, blk[i][3], acc[i][3]);
+        }
+        if constexpr (F::kMins) {
+            // A: row g's mins (m_2t, m_2t+1) against the high sums (k 2t, 2t + 1) and again
+            // against the low sums (k 8 + 2t, ..); row g + 8's likewise.
+            const uint32_t am[4] = {e0.mins, e1.mins, e0.mins, e1.mins};
+#pragma unroll
+            for (int i = 0; i < NT; ++i) {
+                float mn[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mma16816(mn, am, bs[i][0], bs[i][1]);
+                acc[i][0] = fmaf(-e0.dmin, mn[0], acc[i][0]);
+                acc[i][1] = fmaf(-e0.dmin, mn[1], acc[i][1]);
+                acc[i][2] = fmaf(-e1.dmin, mn[2], acc[i][2]);
+                acc[i][3] = fmaf(-e1.dmin, mn[3], acc[i][3]);
+            }
+        }
+    };
     // One tile: its activations to shared memory, the next tile's loads in flight, products.
     auto tile = [&](int it, const Raw(&cur)[2], Raw(&nxt)[2]) {
         store_x();
@@ -299,7 +456,8 @@ __global__ void __launch_bounds__(kQgThreads, NT >= 8 || !F::kTwoBlocks ? 1 : 2)
             load_w(it + 1, nxt);
             load_x(it + 1);
         }
-        compute(cur);
+        if constexpr (X) compute_exact(cur, it);
+        else compute(cur);
         __syncthreads();
     };
 
@@ -315,21 +473,28 @@ __global__ void __launch_bounds__(kQgThreads, NT >= 8 || !F::kTwoBlocks ? 1 : 2)
     store_acc<NT>(a, acc, n0, m0, lane);
 }
 
-template <class F, int NT>
+template <class F, int NT, bool X>
 void launch_frag(const QgArgs& a, int splits, gpuStream_t s) {
     constexpr int MT = 8 * NT;
-    const size_t smem = static_cast<size_t>(MT) * kQ4Ld * sizeof(uint16_t);  // at most 33 KiB
+    const size_t smem = static_cast<size_t>(X ? 2 : 1) * MT * kQ4Ld * sizeof(uint16_t);  // at most 33 KiB
     const dim3 grid(static_cast<unsigned>((a.M + MT - 1) / MT), static_cast<unsigned>((a.w.rows + kQgN - 1) / kQgN),
                     static_cast<unsigned>(splits));
-    LOOM_LAUNCH((qgemm_frag_kernel<F, NT>), grid, kQgThreads, smem, s, a);
+    LOOM_LAUNCH((qgemm_frag_kernel<F, NT, X>), grid, kQgThreads, smem, s, a);
     LOOM_GPU_CHECK_LAUNCH();
 }
 
 template <class F>
 void frag_nt(const QgArgs& a, int nt, int splits, gpuStream_t s) {
-    if (nt == 2) launch_frag<F, 2>(a, splits, s);
-    else if (nt == 4) launch_frag<F, 4>(a, splits, s);
-    else launch_frag<F, 8>(a, splits, s);
+    if (a.x_lo) {  // the exact kernel: at most 32 rows a block (two activation parts)
+        if (nt == 2) launch_frag<F, 2, true>(a, splits, s);
+        else launch_frag<F, 4, true>(a, splits, s);
+    } else if (nt == 2) {
+        launch_frag<F, 2, false>(a, splits, s);
+    } else if (nt == 4) {
+        launch_frag<F, 4, false>(a, splits, s);
+    } else {
+        launch_frag<F, 8, false>(a, splits, s);
+    }
 }
 
 }  // namespace

@@ -134,6 +134,16 @@ void embed(const DevMatrix& m, const RowDesc* rows, int n, float* x, int64_t ld,
 void gemm_own(const float* A, int64_t lda, const void* W, bool w_f16, int64_t ldw, int M, int N, int K, float* C,
               int64_t ldc, bool accumulate, gpuStream_t s);
 
+/// The activations' F16 low parts and block sums for qgemm's exact kernel, as to_f16 writes
+/// them: x_lo [M][ldx] (x16's leading dimension) and sums [M][ld_sums] halves: for the 256-column
+/// block b of row m, sums[m * ld_sums + 16 b + j] is the F16 high part of the sum of (x16 + x_lo)
+/// over the block's columns 32 j .. 32 j + 31 (j < 8) and sums[.. + 8 + j] its low part.
+struct QgLow {
+    const uint16_t* x_lo = nullptr;
+    const uint16_t* sums = nullptr;
+    int64_t ld_sums = 0;
+};
+
 /// The tensor-core decode GEMM (k_qgemm.cu): y[m][n] = (add ? y[m][n] : 0) + sum_k x[m][k] *
 /// w[n][k] for m < M, n < w.rows, k < w.cols, with w in F16, BF16, Q8_0, Q4_K or Q6_K (device
 /// layout, dequantized in registers; no F16 copy of w is made), x in F16 (x16, when not null) or
@@ -150,8 +160,19 @@ void gemm_own(const float* A, int64_t lda, const void* W, bool w_f16, int64_t ld
 /// f16((q - 32) * lo))) with d * sc = hi + lo, F16 parts: the tile kernel's one rounding of
 /// d * sc * (q - 32) but for a term 2^-11 of it). `splits` > 0 replaces qgemm_splits's choice
 /// (tests: one split makes a block run through every tile of its rows).
+///
+/// With `low` (the split products, GpuOptions::split_products; qgemm_exact_supports types and
+/// x16 the activations' high parts) Q4_K and Q6_K weights take the fragment kernel's exact form:
+/// no weight is rounded (Q4_K's sc * q and Q6_K's sc * (q - 32) as F16 integers, Q6_K's above
+/// 2048 as a high part and its remainder), the products run on x16 and low->x_lo, and the
+/// block's d (and Q4_K's dmin * sum m x, from low->sums) are applied in F32: the result is the
+/// F32 dequantized weights' product with x = x16 + x_lo to about 2^-22 of sum |x w|.
 void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ldx, int M, float* y, int64_t ldy,
-           bool add, float* part, gpuStream_t s, bool q4_frag = true, int splits = 0, bool q6_frag = true);
+           bool add, float* part, gpuStream_t s, bool q4_frag = true, int splits = 0, bool q6_frag = true,
+           const QgLow* low = nullptr);
+/// True when qgemm() takes weights of this type and column count with `low` set: Q4_K or Q6_K
+/// in whole 256-column blocks, in builds that have the kernel.
+bool qgemm_exact_supports(uint32_t type, int64_t cols);
 /// True in builds that have the kernel (CUDA for sm_80 and later, and the emulator); false in
 /// HIP builds, whose decode GEMMs dequantize to F16 first (no mma.sync counterpart used there).
 bool qgemm_available();
@@ -186,9 +207,11 @@ void swiglu(const float* y, int64_t ldy, int ff, int rows, float* g, int64_t ldg
 
 /// F16 copy of `rows` rows of n floats: y = f16(x); with `lo` (same leading dimension ldy) also
 /// the low part lo = f16(x - y), so that y + lo is x to about 2^-22 of it (F16 high and low
-/// parts for GpuOptions::split_products).
+/// parts for GpuOptions::split_products); with `sums` as well (n a multiple of 256) the block
+/// sums of y + lo in QgLow's layout (leading dimension ld_sums halves, at least n / 16), each
+/// summed in F32 in a fixed order. Throws GpuError for sums without lo or n not a multiple of 256.
 void to_f16(const float* x, int64_t ldx, int n, int rows, uint16_t* y, int64_t ldy, gpuStream_t s,
-            uint16_t* lo = nullptr);
+            uint16_t* lo = nullptr, uint16_t* sums = nullptr, int64_t ld_sums = 0);
 
 // ---- attention over the paged KV cache --------------------------------------------------
 
