@@ -178,6 +178,11 @@ class GpuEmulator(unittest.TestCase):
         # kernel instead (quants as exact F16 integers, the activations' two parts; one prompt, as
         # the emulator runs it slowly): Q4_K 1.0e-5, Q4_K_M (Q6_K for some matrices) 9.0e-6. Its
         # logprobs differ from the split copies' (another summation), which shows the kernel ran.
+        for rounding in ("--decode-gemm-tiled", "--decode-gemm-f16"):  # both round operands to F16
+            p = subprocess.run([EMU, "--model", shared(STORIES), "--split-products", rounding], input="", capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(p.returncode, 1)
+            self.assertTrue(p.stdout.startswith("ERR - split products take the decode GEMM's exact kernel"), p.stdout)
         args = ["--kv-f32", "--matvec-rows", "1"]
         q4 = ("models/wide/stories260K-wide-q4_k.gguf", "reference/stories260K-wide-q4_k.json")
         self.assertGreater(self.check(*q4, 5e-2, 3, args), 2e-3, "the GEMM path was not reached")
