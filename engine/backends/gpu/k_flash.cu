@@ -43,34 +43,13 @@ using qg::frag_b2;
 using qg::mma16816;
 using qg::pack2;
 
+using qg::cp_async16;
+using qg::cp_async_commit;
+using qg::cp_async_wait;
+
 constexpr int kFaThreads = 128;  // 4 warps of 16 rows
 constexpr int kFaRows = 64;      // (query, head) rows a block
 constexpr int kFaKeys = 64;      // keys a tile
-
-// 16 bytes from global to shared memory without a register round trip; zeros when !valid.
-LOOM_DEV void cp_async16(uint16_t* dst, const void* src, bool valid) {
-#if defined(__CUDA_ARCH__)
-    const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(valid ? 16 : 0));
-#else
-    if (valid) *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-    else *reinterpret_cast<uint4*>(dst) = uint4{0u, 0u, 0u, 0u};
-#endif
-}
-
-LOOM_DEV void cp_async_commit() {
-#if defined(__CUDA_ARCH__)
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-// Waits until at most N of this thread's committed groups are in flight.
-template <int N>
-LOOM_DEV void cp_async_wait() {
-#if defined(__CUDA_ARCH__)
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
 
 // The B fragments of a k16 x n16 block of B = V (keys x dims) stored row-major (key rows of LD
 // halves) at s: r[0], r[1] for dims 0-7 (keys 0-7 and 8-15), r[2], r[3] for dims 8-15; lane l

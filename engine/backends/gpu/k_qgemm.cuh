@@ -1,6 +1,6 @@
 // Pieces the tensor-core decode GEMM kernels share (k_qgemm.cu: weights decoded into a
 // shared-memory tile; k_qgemm_frag.cu: Q4_K, Q6_K decoded straight into the A fragments): the mma.sync
-// m16n8k16 fragment loads and product, F16 packing and 16-byte shared stores, the launch
+// m16n8k16 fragment loads and product, F16 packing, 16-byte shared stores and cp.async copies, the launch
 // arguments and the epilogue that stores or adds a warp's 16 x 8NT results.
 //
 // Sources: PTX ISA 8.x, "Matrix multiply-accumulate operation using mma instruction" (the
@@ -106,6 +106,32 @@ LOOM_DEV void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #else
     (void)c, (void)a, (void)b0, (void)b1;
+#endif
+}
+
+// 16 bytes from global to shared memory without a register round trip; zeros when !valid.
+LOOM_DEV void cp_async16(uint16_t* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__)
+    const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(valid ? 16 : 0));
+#else
+    if (valid) *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    else *reinterpret_cast<uint4*>(dst) = uint4{0u, 0u, 0u, 0u};
+#endif
+}
+
+// Closes this thread's group of cp.async copies issued since the last commit.
+LOOM_DEV void cp_async_commit() {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// Waits until at most N of this thread's committed groups are in flight.
+template <int N>
+LOOM_DEV void cp_async_wait() {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #endif
 }
 

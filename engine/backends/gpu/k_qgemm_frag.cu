@@ -27,14 +27,18 @@
 //    block's 16 k-steps are done; Q4_K then subtracts dmin * sum_sb m_sb (sum of x over sb) by
 //    one more product of the mins with the block sums to_f16 wrote (F16 high and low parts).
 //    Both parts are staged (an activation task a thread for each), so a block takes at most 32
-//    rows; 163-205 registers, one block an SM.
+//    rows; 144-168 registers, one block an SM.
 //
 // The K order is permuted so that each lane's quants land in its fragment slots: in k-step s
 // (0..15) of a block, A slot j (the pair of columns 2j, 2j + 1 of the step) holds pair s of the
 // first group of lane j (j < 4) or the second group of lane j - 4 (j >= 4), that is columns
 // 32 G(j) + 2s, + 1 with G the codec's group order (Q4_K: sub-block 2j or 2(j - 4) + 1). The
 // activations are written to shared memory in the same order (16-byte stores of four pairs), and
-// read back by ldmatrix as B fragments, so the permutation costs nothing in the products.
+// read back by ldmatrix as B fragments, so the permutation costs nothing in the products. The
+// next block's activations arrive meanwhile by cp.async in column order in a staging area, and
+// each thread permutes the pieces it copied at the start of the block (against loads into
+// registers a block ahead: 0.979-0.994 of the default step at 4-64 rows, 18-26 fewer
+// registers; H100, docs/benchmarks.md).
 // Split-K partials are added in split order by qgemm_reduce_kernel.
 //
 // Sources: GGUF Q4_K and Q6_K block layouts (ggml-quants.c block_q4_K: d, dmin, 12 bytes of
@@ -61,6 +65,8 @@ namespace {
 constexpr int kQ4K = 256;              // columns a tile: one Q4_K or Q6_K block
 constexpr int kQ4Ld = kQ4K + 8;        // activation row stride in halves (528 bytes: the eight rows an
                                        // ldmatrix phase reads fall in distinct banks)
+constexpr int kStLd = kQ4K + 32;       // staging row stride in halves (576 bytes: the two rows a
+                                       // quarter warp's 16-byte loads read fall in distinct banks)
 constexpr uint32_t kLo = 0x64006400u;  // (1024, 1024)
 constexpr uint32_t kHi = 0x54005400u;  // (64, 64)
 
@@ -326,8 +332,10 @@ __global__ void __launch_bounds__(kQgThreads, X || NT >= 8 || !F::kTwoBlocks ? 1
     constexpr int MT = 8 * NT;
     constexpr int kParts = X ? 2 : 1;  // activation parts staged: high (and low)
     static_assert(MT * 4 * kParts <= kQgThreads && NT % 2 == 0, "one activation task a thread");
-    // [kParts][MT][kQ4Ld]: one block of activations (each part), F16, permuted K order.
+    // [kParts][MT][kQ4Ld]: one block of activations (each part), F16, permuted K order; then
+    // [kParts][MT][kStLd]: the next block's, as cp.async copies them (column order).
     LOOM_DYN_SMEM(uint16_t, sx);
+    uint16_t* stage = sx + kParts * MT * kQ4Ld;
     const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid & 31, t = lane & 3;
     const int m0 = static_cast<int>(blockIdx.x) * MT, n0 = static_cast<int>(blockIdx.y) * kQgN + warp * 16;
     const int N = static_cast<int>(a.w.rows), tiles = static_cast<int>(a.w.cols) / kQ4K;
@@ -336,10 +344,15 @@ __global__ void __launch_bounds__(kQgThreads, X || NT >= 8 || !F::kTwoBlocks ? 1
     const int rw[2] = {n0 + (lane >> 2), n0 + (lane >> 2) + 8};
 
     // Activation task: row xm of the tile, steps 4 xq..4 xq + 3 (halves 8 xq.. of each
-    // sub-block), of part xpart (X: 0 high, 1 low).
+    // sub-block), of part xpart (X: 0 high, 1 low). The task's thread copies those halves of
+    // the next block into its staging row with cp.async (no registers held while the copies
+    // fly; loads into registers a tile ahead stalled on a register move: docs/benchmarks.md),
+    // and reads back only what it copied itself, so its own wait suffices.
     const bool xtask = tid < MT * 4 * kParts;
     const int xq = tid & 3, xpart = X ? (tid >> 2) & 1 : 0, xm = tid >> (X ? 3 : 2);
-    uint4 xr[8];  // sub-block sb's halves 8 xq..8 xq + 7: its pairs 4 xq..4 xq + 3
+    // (The low part's rows start 64 bytes further, so that the two parts of a row, which one
+    // quarter warp reads, fall in distinct banks.)
+    uint16_t* xstage = stage + (xpart * MT + xm) * kStLd + 32 * xpart + 8 * xq;
 
     using Raw = typename F::Raw;
     auto load_w = [&](int it, Raw(&r)[2]) {
@@ -351,13 +364,20 @@ __global__ void __launch_bounds__(kQgThreads, X || NT >= 8 || !F::kTwoBlocks ? 1
         }
     };
     auto load_x = [&](int it) {
-        const bool in = xtask && m0 + xm < a.M;
-        const uint16_t* p = (xpart ? a.x_lo : a.x16) + static_cast<int64_t>(m0 + xm) * a.ldx + kQ4K * it + 8 * xq;
+        if (!xtask) return;
+        const bool in = m0 + xm < a.M;
+        const uint16_t* p =
+            (xpart ? a.x_lo : a.x16) + (in ? static_cast<int64_t>(m0 + xm) * a.ldx + kQ4K * it + 8 * xq : 0);
 #pragma unroll
-        for (int sb = 0; sb < 8; ++sb) xr[sb] = in ? ld16(p + 32 * sb) : uint4{0u, 0u, 0u, 0u};
+        for (int sb = 0; sb < 8; ++sb) cp_async16(xstage + 32 * sb, p + (in ? 32 * sb : 0), in);
+        cp_async_commit();
     };
     auto store_x = [&]() {
         if (!xtask) return;
+        cp_async_wait<0>();
+        uint4 xr[8];  // sub-block sb's halves 8 xq..8 xq + 7: its pairs 4 xq..4 xq + 3
+#pragma unroll
+        for (int sb = 0; sb < 8; ++sb) xr[sb] = ld16(xstage + 32 * sb);
         uint16_t* row = sx + (xpart * MT + xm) * kQ4Ld;
 #pragma unroll
         for (int u = 0; u < 4; ++u) {  // step s = 4 xq + u: slot j from group F::group(j)
@@ -476,10 +496,16 @@ __global__ void __launch_bounds__(kQgThreads, X || NT >= 8 || !F::kTwoBlocks ? 1
 template <class F, int NT, bool X>
 void launch_frag(const QgArgs& a, int splits, gpuStream_t s) {
     constexpr int MT = 8 * NT;
-    const size_t smem = static_cast<size_t>(X ? 2 : 1) * MT * kQ4Ld * sizeof(uint16_t);  // at most 33 KiB
+    const size_t smem = (static_cast<size_t>(X ? 2 : 1) * MT * (kQ4Ld + kStLd) + (X ? 32 : 0)) * sizeof(uint16_t);
+    auto k = qgemm_frag_kernel<F, NT, X>;
+    static const bool sized = [&] {  // once per instantiation (above the 48 KiB default)
+        LOOM_GPU_CHECK(gpuFuncSetMaxDynamicSmem(k, static_cast<int>(smem)));
+        return true;
+    }();
+    (void)sized;
     const dim3 grid(static_cast<unsigned>((a.M + MT - 1) / MT), static_cast<unsigned>((a.w.rows + kQgN - 1) / kQgN),
                     static_cast<unsigned>(splits));
-    LOOM_LAUNCH((qgemm_frag_kernel<F, NT, X>), grid, kQgThreads, smem, s, a);
+    LOOM_LAUNCH(k, grid, kQgThreads, smem, s, a);
     LOOM_GPU_CHECK_LAUNCH();
 }
 
