@@ -244,7 +244,9 @@ void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ld
             else by_x(std::integral_constant<int, 8>{});
         }
     };
-    if (frag) qgemm_frag(a, nt, splits, s);
+    // The fragment kernel also has 48-row blocks: 33-48 row steps took as long as 64-row ones
+    // with 64-row blocks (H100, 8B Q4_K_M: 0.86 of that with them; docs/benchmarks.md).
+    if (frag) qgemm_frag(a, M <= 16 ? 2 : M <= 32 ? 4 : M <= 48 ? 6 : 8, splits, s);
     else with_type(w.type, "qgemm", go);
     if (splits > 1) {
         const int64_t total = static_cast<int64_t>(M) * w.rows;

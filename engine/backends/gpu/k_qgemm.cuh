@@ -211,7 +211,7 @@ inline bool frag_takes(const QgArgs& a, bool q4, bool q6) {
 }
 
 /// The fragment kernels (k_qgemm_frag.cu) for frag_takes() calls, Q4_K or Q6_K by a.w.type: NT
-/// 8-row activation tiles a block (2, 4 or 8; 2 or 4 with a.x_lo), `splits` K splits (at most
+/// 8-row activation tiles a block (2, 4, 6 or 8; 2 or 4 with a.x_lo), `splits` K splits (at most
 /// one per 256 columns). With a.x_lo (the split products) the exact kernel: integer weights
 /// exact in F16, the activations' high and low parts, the block scales applied in F32.
 void qgemm_frag(const QgArgs& a, int nt, int splits, gpuStream_t s);

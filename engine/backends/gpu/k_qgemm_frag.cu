@@ -154,7 +154,10 @@ LOOM_DEV uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v
 /// The Q4_K codec of the fragment kernel.
 struct Q4Frag {
     static constexpr int kBlockBytes = 144;
-    static constexpr bool kTwoBlocks = true;  // at 16-32 rows, 128 registers a thread (8 bytes spilled)
+    // Two blocks an SM at every row count: 128 registers a thread, 4 bytes spilled at 17-32 rows
+    // and 60-96 at 33-64, against 158 registers and one block (H100, 8B Q4_K_M: 64-row steps
+    // 0.975 of that; docs/benchmarks.md).
+    static constexpr bool kTwoBlocks = true;
     /// One weight row's share of a block for lane t: the block header and quant bytes 32t..32t+31.
     struct Raw {
         uint4 h, q0, q1;
@@ -328,7 +331,7 @@ struct Q6Frag {
 // and low parts (a.x16, a.x_lo) into a block accumulator that the row's d scales in F32 after
 // the block; Q4_K subtracts dmin * sum m x through one more product with the block sums.
 template <class F, int NT, bool X>
-__global__ void __launch_bounds__(kQgThreads, X || NT >= 8 || !F::kTwoBlocks ? 1 : 2) qgemm_frag_kernel(QgArgs a) {
+__global__ void __launch_bounds__(kQgThreads, X || !F::kTwoBlocks ? 1 : 2) qgemm_frag_kernel(QgArgs a) {
     constexpr int MT = 8 * NT;
     constexpr int kParts = X ? 2 : 1;  // activation parts staged: high (and low)
     static_assert(MT * 4 * kParts <= kQgThreads && NT % 2 == 0, "one activation task a thread");
@@ -518,6 +521,8 @@ void frag_nt(const QgArgs& a, int nt, int splits, gpuStream_t s) {
         launch_frag<F, 2, false>(a, splits, s);
     } else if (nt == 4) {
         launch_frag<F, 4, false>(a, splits, s);
+    } else if (nt == 6) {
+        launch_frag<F, 6, false>(a, splits, s);
     } else {
         launch_frag<F, 8, false>(a, splits, s);
     }
