@@ -211,7 +211,9 @@ struct Q4Frag {
 struct Q6Frag {
     static constexpr int kBlockBytes = 224;
     // One block an SM at every row count: in 128 registers (two blocks) its two register sets of
-    // 19 words a row spilled 96-136 bytes a thread; in one block, 206 registers and none.
+    // 19 words a row spilled 96-136 bytes a thread; in one block, 206 registers and none. (With
+    // the cp.async staging, two blocks spilled 108-200 bytes and made 64-row steps 1.04 times
+    // longer on an H100, ffn_down 2.80 against 2.45 ms.)
     static constexpr bool kTwoBlocks = false;
     /// Lane t's share of a row's block (n = t / 2, o = t % 2): ql bytes 64n + 32o.. (l0, l1),
     /// qh bytes 32n.. (h0, h1), int8 scales 8n..8n + 7 and d.
@@ -330,8 +332,11 @@ struct Q6Frag {
 // products): the A operands are F::exact_pairs' integers, multiplied with the activations' high
 // and low parts (a.x16, a.x_lo) into a block accumulator that the row's d scales in F32 after
 // the block; Q4_K subtracts dmin * sum m x through one more product with the block sums.
+// Two blocks an SM where F allows (Q4_K); for the exact kernel only at 2 tiles, where Q4_K fits
+// 128 registers unspilled (4-16 row split steps 0.91-0.93 of one block on an H100).
 template <class F, int NT, bool X>
-__global__ void __launch_bounds__(kQgThreads, X || !F::kTwoBlocks ? 1 : 2) qgemm_frag_kernel(QgArgs a) {
+__global__ void __launch_bounds__(kQgThreads, (X ? NT <= 2 && F::kTwoBlocks : F::kTwoBlocks) ? 2 : 1)
+    qgemm_frag_kernel(QgArgs a) {
     constexpr int MT = 8 * NT;
     constexpr int kParts = X ? 2 : 1;  // activation parts staged: high (and low)
     static_assert(MT * 4 * kParts <= kQgThreads && NT % 2 == 0, "one activation task a thread");
