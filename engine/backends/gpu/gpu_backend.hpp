@@ -71,7 +71,8 @@ struct GpuOptions {
     /// registers, no F16 copy of the weights); larger steps dequantize to F16 for the prefill
     /// GEMM. -1 (the default): 64 in CUDA builds (from 128 rows dequantize + cuBLAS was faster
     /// on the H200), 0 (off) in the emulator, where it is checked on request, and in HIP
-    /// builds, which do not have the kernel.
+    /// builds, which do not have the kernel. With split_products only Q4_K and Q6_K matrices
+    /// take it (its exact kernel), and the default matvec_rows is 8 for other types.
     int decode_gemm_rows = -1;
     /// F16 matrices through the decode GEMM too (default: cuBLAS reads them as they are).
     bool decode_gemm_f16 = false;

@@ -67,9 +67,15 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     constexpr int kDecodeGemmRows = 0;   // the emulator on request only; HIP has no such kernel
 #endif
     if (opts_.decode_gemm_rows < 0) opts_.decode_gemm_rows = kDecodeGemmRows;
-    if (opts_.matvec_rows < 0)
-        opts_.matvec_rows =
-            default_matvec_rows(w_.layers.empty() ? kF16 : w_.layers[0].gate.type, opts_.decode_gemm_rows > 0);
+    if (opts_.matvec_rows < 0) {
+        // Under split products only Q4_K and Q6_K take the decode GEMM (its exact kernel); other
+        // types keep the F32 matvec up to 8 rows, as without the decode GEMM.
+        const engine::Matrix* gate = w_.layers.empty() ? nullptr : &w_.layers[0].gate;
+        const uint32_t ffn_type = gate ? gate->type : kF16;
+        const bool dg = opts_.decode_gemm_rows > 0 &&
+                        (!opts_.split_products || (gate && qgemm_exact_supports(gate->type, gate->cols)));
+        opts_.matvec_rows = default_matvec_rows(ffn_type, dg);
+    }
     const auto& hp = w_.hp;
     const model::Vocab vocab = model::Vocab::from_gguf(file_);
     if (vocab.size() > hp.n_vocab)

@@ -61,8 +61,9 @@ __global__ void swiglu_kernel(const float* y, int64_t ldy, int ff, float* g, int
 }
 
 // With sums (n a multiple of 256, so that every warp covers 32 aligned columns of a row), lane 0
-// of each warp writes its 32 columns' sum of the two parts (a fixed shuffle tree) as F16 high
-// and low parts at kernels.hpp QgLow's places.
+// of each warp writes its 32 columns' sum of the two parts (a fixed shuffle tree) times 2^-5 as
+// F16 high and low parts at kernels.hpp QgLow's places: the mean's range, so that a sum
+// overflows F16 only where an element does.
 __global__ void to_f16_kernel(const float* x, int64_t ldx, int n, uint16_t* y, int64_t ldy, uint16_t* lo,
                               uint16_t* sums, int64_t ld_sums) {
     for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
@@ -79,9 +80,10 @@ __global__ void to_f16_kernel(const float* x, int64_t ldx, int n, uint16_t* y, i
         for (int m = 16; m > 0; m >>= 1) sum += shfl_xor(sum, m);  // 32 lanes, on 64-wide wavefronts too
         if ((threadIdx.x & 31) == 0) {
             uint16_t* p = sums + blockIdx.y * ld_sums + 16 * (i >> 8) + ((i >> 5) & 7);
-            const uint16_t sh = f2h(sum);
+            const float mean = sum * 0x1p-5f;  // exact
+            const uint16_t sh = f2h(mean);
             p[0] = sh;
-            p[8] = f16_lo(sum, sh);
+            p[8] = f16_lo(mean, sh);
         }
     }
 }

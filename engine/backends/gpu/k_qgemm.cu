@@ -218,10 +218,11 @@ void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ld
     if (!qgemm_supports(w.type, w.cols))
         throw GpuError("qgemm: weights of type " + std::to_string(w.type) + " and " + std::to_string(w.cols) +
                        " columns are not supported");
-    if (low && !(qgemm_exact_supports(w.type, w.cols) && x16 && low->x_lo && low->sums && low->ld_sums >= w.cols / 16))
+    if (low && !(qgemm_exact_supports(w.type, w.cols) && x16 && low->x_lo && low->sums && low->ld_sums >= w.cols / 16 &&
+                 low->ld_sums % 2 == 0))
         throw GpuError(
             "qgemm: split products need Q4_K or Q6_K weights in whole 256-column blocks, F16 high parts, "
-            "their low parts and block sums");
+            "their low parts and block sums (an even leading dimension)");
     QgArgs a{w, x32, x16, ldx, M, y, ldy, add, part};
     if (low) a.x_lo = low->x_lo, a.sums = low->sums, a.ld_sums = low->ld_sums;
     const bool frag = low || frag_takes(a, q4_frag, q6_frag);

@@ -113,7 +113,8 @@ LOOM_DEV void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
 LOOM_DEV void cp_async16(uint16_t* dst, const void* src, bool valid) {
 #if defined(__CUDA_ARCH__)
     const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(valid ? 16 : 0));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
 #else
     if (valid) *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
     else *reinterpret_cast<uint4*>(dst) = uint4{0u, 0u, 0u, 0u};
@@ -123,7 +124,7 @@ LOOM_DEV void cp_async16(uint16_t* dst, const void* src, bool valid) {
 // Closes this thread's group of cp.async copies issued since the last commit.
 LOOM_DEV void cp_async_commit() {
 #if defined(__CUDA_ARCH__)
-    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
 
@@ -131,7 +132,7 @@ LOOM_DEV void cp_async_commit() {
 template <int N>
 LOOM_DEV void cp_async_wait() {
 #if defined(__CUDA_ARCH__)
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
 

@@ -27,7 +27,8 @@
 //    block's 16 k-steps are done; Q4_K then subtracts dmin * sum_sb m_sb (sum of x over sb) by
 //    one more product of the mins with the block sums to_f16 wrote (F16 high and low parts).
 //    Both parts are staged (an activation task a thread for each), so a block takes at most 32
-//    rows; 144-168 registers, one block an SM.
+//    rows; 128-168 registers (Q4_K's 2-tile blocks two to an SM). to_f16 writes the sums as
+//    means (2^-5 times), so that they overflow F16 only where an activation does.
 //
 // The K order is permuted so that each lane's quants land in its fragment slots: in k-step s
 // (0..15) of a block, A slot j (the pair of columns 2j, 2j + 1 of the step) holds pair s of the
@@ -420,8 +421,9 @@ __global__ void __launch_bounds__(kQgThreads, (X ? NT <= 2 && F::kTwoBlocks : F:
     // (and v's low parts times xh), then acc += d * that (- dmin * sum_sb m (sum of x over sb)).
     auto compute_exact = [&](const Raw(&r)[2], int it) {
         const typename F::Exact e0 = F::exact(r[0], t), e1 = F::exact(r[1], t);
-        // Q4_K: the block sums as B fragments (row g of n-tile i: words t, the high parts of
-        // sub-blocks 2t and 2t + 1, and 4 + t, their low parts), loaded now, used after the block.
+        // Q4_K: the block sums (times 2^-5) as B fragments (row g of n-tile i: words t, the high
+        // parts of sub-blocks 2t and 2t + 1, and 4 + t, their low parts), loaded now, used after
+        // the block.
         uint32_t bs[NT][2];
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
@@ -463,16 +465,18 @@ __global__ void __launch_bounds__(kQgThreads, (X ? NT <= 2 && F::kTwoBlocks : F:
         }
         if constexpr (F::kMins) {
             // A: row g's mins (m_2t, m_2t+1) against the high sums (k 2t, 2t + 1) and again
-            // against the low sums (k 8 + 2t, ..); row g + 8's likewise.
+            // against the low sums (k 8 + 2t, ..); row g + 8's likewise. The sums are means
+            // (2^-5 times), so dmin is taken 32 times (exact).
             const uint32_t am[4] = {e0.mins, e1.mins, e0.mins, e1.mins};
+            const float dm0 = -32.0f * e0.dmin, dm1 = -32.0f * e1.dmin;
 #pragma unroll
             for (int i = 0; i < NT; ++i) {
                 float mn[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 mma16816(mn, am, bs[i][0], bs[i][1]);
-                acc[i][0] = fmaf(-e0.dmin, mn[0], acc[i][0]);
-                acc[i][1] = fmaf(-e0.dmin, mn[1], acc[i][1]);
-                acc[i][2] = fmaf(-e1.dmin, mn[2], acc[i][2]);
-                acc[i][3] = fmaf(-e1.dmin, mn[3], acc[i][3]);
+                acc[i][0] = fmaf(dm0, mn[0], acc[i][0]);
+                acc[i][1] = fmaf(dm0, mn[1], acc[i][1]);
+                acc[i][2] = fmaf(dm1, mn[2], acc[i][2]);
+                acc[i][3] = fmaf(dm1, mn[3], acc[i][3]);
             }
         }
     };

@@ -135,9 +135,11 @@ void gemm_own(const float* A, int64_t lda, const void* W, bool w_f16, int64_t ld
               int64_t ldc, bool accumulate, gpuStream_t s);
 
 /// The activations' F16 low parts and block sums for qgemm's exact kernel, as to_f16 writes
-/// them: x_lo [M][ldx] (x16's leading dimension) and sums [M][ld_sums] halves: for the 256-column
-/// block b of row m, sums[m * ld_sums + 16 b + j] is the F16 high part of the sum of (x16 + x_lo)
-/// over the block's columns 32 j .. 32 j + 31 (j < 8) and sums[.. + 8 + j] its low part.
+/// them: x_lo [M][ldx] (x16's leading dimension, rows 16-byte aligned) and sums [M][ld_sums]
+/// halves (ld_sums even): for the 256-column block b of row m, sums[m * ld_sums + 16 b + j] is
+/// the F16 high part of 2^-5 times the sum of (x16 + x_lo) over the block's columns
+/// 32 j .. 32 j + 31 (j < 8; the mean, so that it overflows F16 only where an element does)
+/// and sums[.. + 8 + j] its low part.
 struct QgLow {
     const uint16_t* x_lo = nullptr;
     const uint16_t* sums = nullptr;
@@ -166,7 +168,9 @@ struct QgLow {
 /// no weight is rounded (Q4_K's sc * q and Q6_K's sc * (q - 32) as F16 integers, Q6_K's above
 /// 2048 as a high part and its remainder), the products run on x16 and low->x_lo, and the
 /// block's d (and Q4_K's dmin * sum m x, from low->sums) are applied in F32: the result is the
-/// F32 dequantized weights' product with x = x16 + x_lo to about 2^-22 of sum |x w|.
+/// F32 dequantized weights' product with x = x16 + x_lo to about 1e-6 of sum |x w| (the tensor
+/// cores' F32 sums; loom-gpu-qgemm-test's bound is 2e-6). Throws GpuError for other types, a
+/// partial block, no x16, or an odd ld_sums.
 void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ldx, int M, float* y, int64_t ldy,
            bool add, float* part, gpuStream_t s, bool q4_frag = true, int splits = 0, bool q6_frag = true,
            const QgLow* low = nullptr);
@@ -209,7 +213,8 @@ void swiglu(const float* y, int64_t ldy, int ff, int rows, float* g, int64_t ldg
 /// the low part lo = f16(x - y), so that y + lo is x to about 2^-22 of it (F16 high and low
 /// parts for GpuOptions::split_products); with `sums` as well (n a multiple of 256) the block
 /// sums of y + lo in QgLow's layout (leading dimension ld_sums halves, at least n / 16), each
-/// summed in F32 in a fixed order. Throws GpuError for sums without lo or n not a multiple of 256.
+/// summed in F32 in a fixed order and scaled by 2^-5. Throws GpuError for sums without lo or n
+/// not a multiple of 256.
 void to_f16(const float* x, int64_t ldx, int n, int rows, uint16_t* y, int64_t ldy, gpuStream_t s,
             uint16_t* lo = nullptr, uint16_t* sums = nullptr, int64_t ld_sums = 0);
 
