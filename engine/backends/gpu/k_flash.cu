@@ -245,11 +245,7 @@ void launch_flash(const float* q, int64_t q_ld, const PrefillTile* tiles, int nt
     constexpr int LD = HD + 8;
     const size_t smem = static_cast<size_t>(2 * kFaRows + 4 * kFaKeys) * LD * sizeof(uint16_t);
     auto k = flash_prefill_kernel<HD>;
-    static const bool sized = [&] {  // once per instantiation (above the 48 KiB default)
-        LOOM_GPU_CHECK(gpuFuncSetMaxDynamicSmem(k, static_cast<int>(smem)));
-        return true;
-    }();
-    (void)sized;
+    qg::smem_limit_once<flash_prefill_kernel<HD> >(smem);
     const dim3 grid(static_cast<unsigned>(ntiles), static_cast<unsigned>(sh.n_head_kv));
     LOOM_LAUNCH(k, grid, kFaThreads, smem, s, q, q_ld, tiles, layer, sh, kv, att, att_ld);
     LOOM_GPU_CHECK_LAUNCH();

@@ -197,11 +197,7 @@ void launch_qgemm(const QgArgs& a, int splits, gpuStream_t s) {
     constexpr int MT = 8 * NT;
     const size_t smem = static_cast<size_t>(kQgN + MT) * kQgLd * sizeof(uint16_t);
     auto k = qgemm_kernel<T, NT, XH>;
-    static const bool sized = [&] {  // once per instantiation (above the 48 KiB default)
-        LOOM_GPU_CHECK(gpuFuncSetMaxDynamicSmem(k, static_cast<int>(smem)));
-        return true;
-    }();
-    (void)sized;
+    smem_limit_once<qgemm_kernel<T, NT, XH> >(smem);
     const dim3 grid(static_cast<unsigned>((a.M + MT - 1) / MT), static_cast<unsigned>((a.w.rows + kQgN - 1) / kQgN),
                     static_cast<unsigned>(splits));
     LOOM_LAUNCH(k, grid, kQgThreads, smem, s, a);

@@ -164,6 +164,18 @@ LOOM_DEV uint4 pack8(const float* f) {
     return uint4{pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7])};
 }
 
+/// Raises kernel K's dynamic shared memory limit to `bytes` (above the 48 KiB default) once,
+/// the first time it is called: for kernels whose size is fixed per instantiation. Throws
+/// GpuError when the runtime refuses.
+template <auto K>
+void smem_limit_once(size_t bytes) {
+    static const bool done = [&] {
+        LOOM_GPU_CHECK(gpuFuncSetMaxDynamicSmem(K, static_cast<int>(bytes)));
+        return true;
+    }();
+    (void)done;
+}
+
 /// The kernels' arguments (see qgemm in kernels.hpp).
 struct QgArgs {
     DevMatrix w;

@@ -510,11 +510,7 @@ void launch_frag(const QgArgs& a, int splits, gpuStream_t s) {
     constexpr int MT = 8 * NT;
     const size_t smem = (static_cast<size_t>(X ? 2 : 1) * MT * (kQ4Ld + kStLd) + (X ? 32 : 0)) * sizeof(uint16_t);
     auto k = qgemm_frag_kernel<F, NT, X>;
-    static const bool sized = [&] {  // once per instantiation (above the 48 KiB default)
-        LOOM_GPU_CHECK(gpuFuncSetMaxDynamicSmem(k, static_cast<int>(smem)));
-        return true;
-    }();
-    (void)sized;
+    smem_limit_once<qgemm_frag_kernel<F, NT, X>>(smem);
     const dim3 grid(static_cast<unsigned>((a.M + MT - 1) / MT), static_cast<unsigned>((a.w.rows + kQgN - 1) / kQgN),
                     static_cast<unsigned>(splits));
     LOOM_LAUNCH(k, grid, kQgThreads, smem, s, a);
