@@ -9,9 +9,10 @@
 # steps prefill prefillcheck check8b core serving bench sass ncu (default: all but steps, prefill, prefillcheck
 # and serving); prefill times the backend's prefill (PREFILL_LIST, PREFILL_MODES) and
 # prefillcheck compares the prefill attention paths (tools/check_prefill_attn.py, PREFILLCHECK_*
-# options) on the 8B F16 model; qgemm checks the tensor-core decode GEMM (loom-gpu-qgemm-test)
-# and the matvec kernel (loom-gpu-matvec-test); steps times decode steps by row count (STEP_ROWS,
-# STEP_VARIANTS; after gen); CHECK8B_ARGS is one engine option for
+# options) on the 8B F16 model; qgemm checks the tensor-core decode GEMM (loom-gpu-qgemm-test),
+# the matvec kernel (loom-gpu-matvec-test) and decode attention (loom-gpu-attn-test); steps
+# times decode steps by row count (STEP_ROWS, STEP_VARIANTS; after gen); CHECK8B_ARGS is one
+# engine option for
 # check8b (e.g. --kv-f32). BASE_BIN=DIR (another build's binaries, e.g. main before a change)
 # adds a "base" variant to steps and, with SERVING_BASE=1, a "-base" run of every serving entry,
 # so that before and after are measured in one call. core runs tests/e2e/test_engine_core.py's
@@ -30,7 +31,8 @@
 # NCU_MODELS, NCU_KERNELS choose; NCU_BENCH_ARGS replaces the bench's arguments, NCU_SKIP the
 # kernels skipped first, NCU_COUNT the kernels profiled, default 8). GEN_TYPES (default "f16 q4_k_m") picks the 8B models gen makes.
 # The binaries (loom-engine-cuda, loom-engine-cpu, loom-gpu-bench, loom-gpu-sampler-test,
-# loom-gpu-qgemm-test, loom-gpu-matvec-test, loom-make-model, loom-gateway) come from one of:
+# loom-gpu-qgemm-test, loom-gpu-matvec-test, loom-gpu-attn-test, loom-make-model, loom-gateway)
+# come from one of:
 #   BIN=DIR        prebuilt, in DIR. Shared libraries they need that this machine lacks (e.g.
 #                  the ICU of the build machine, for loom-gateway) may be carried in DIR/lib,
 #                  which goes on LD_LIBRARY_PATH; a DIR/lib/*.tar.xz is unpacked there first.
@@ -55,7 +57,7 @@ if [ -n "${BUILD_DIR:-}" ]; then
   have=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | sed -n 's/^\(loom-[a-z0-9-]*\): phony$/\1/p')
   want_t=()
   for t in loom-engine-cuda loom-engine-cpu loom-make-model loom-gpu-bench loom-gpu-sampler-test loom-gpu-qgemm-test \
-    loom-gpu-matvec-test \
+    loom-gpu-matvec-test loom-gpu-attn-test \
     loom-gateway; do
     grep -qx "$t" <<<"$have" && want_t+=("$t")
   done
@@ -143,6 +145,9 @@ main() {
     # The decode matvec kernel at odd sizes (tests/gpu/test_matvec.cpp).
     timeout 60 "$BIN/loom-gpu-matvec-test" 2>&1 | tail -8 | tee "$OUT/matvec.log"
     note "matvec: $(tail -1 "$OUT/matvec.log")"
+    # Decode attention over the paged KV cache, every kernel attn_decode picks (tests/gpu/test_attn_decode.cpp).
+    timeout 60 "$BIN/loom-gpu-attn-test" 2>&1 | tail -4 | tee "$OUT/attn.log"
+    note "attn: $(tail -1 "$OUT/attn.log")"
   fi
   for st in small small16 exact split; do
     want $st || continue

@@ -151,7 +151,7 @@ void GpuBackend::build_rows(const engine::StepPlan& plan) {
             score_rows_.host[e] = ScoreRow{e % logit_rows_, r.targets[j], r.prompt_k, 0};
         }
     }
-    span_ = attn_decode_span(sh_, n_dec_, opts_.batch_invariant);
+    span_ = attn_decode_span(sh_, n_dec_, max_pos, opts_.batch_invariant);
     splits_ = 1;
     while (int64_t{splits_} * span_ <= max_pos) splits_ *= 2;
 }
@@ -265,7 +265,7 @@ void GpuBackend::finish(const engine::StepPlan& plan, engine::StepOutput& out) {
     }
 }
 
-void GpuBackend::drop_graph(std::map<std::pair<int, int>, DecodeGraph>::iterator it) {
+void GpuBackend::drop_graph(std::map<std::tuple<int, int, int>, DecodeGraph>::iterator it) {
 #if LOOM_GPU_HAS_GRAPHS
     (void)gpuGraphExecDestroy(it->second.exec);
     (void)gpuGraphDestroy(it->second.graph);
@@ -279,7 +279,7 @@ void GpuBackend::decode_graph(int T) {
         logits(nullptr, T);
     };
 #if LOOM_GPU_HAS_GRAPHS
-    const auto key = std::make_pair(T, splits_);
+    const auto key = std::make_tuple(T, span_, splits_);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
         // First sight: eager, so that lazily initialised kernels and cuBLAS shapes are set up

@@ -12,8 +12,8 @@
 // cuBLAS products over the chunk's gathered K/V (CUDA) or the tiled kernel (both read the cached
 // prefix through the table). Then prompt scoring, the output projection of
 // the sampled rows, one batched sampling launch and one device-to-host copy. Pure-decode steps
-// replay a captured CUDA/HIP graph per (rows, attention splits): captured the second time such a
-// step is seen (the first runs eagerly, so that every kernel and cuBLAS shape has run once
+// replay a captured CUDA/HIP graph per (rows, attention span, splits): captured the second time
+// such a step is seen (the first runs eagerly, so that every kernel and cuBLAS shape has run once
 // outside a capture), at most kMaxGraphs of them, the least recently used dropped first.
 // The step is split in two (engine/backend.hpp): begin_step enqueues everything up to the
 // logits and returns; finish_step uploads the grammar masks the scheduler built meanwhile,
@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -168,7 +169,7 @@ private:
     void ffn(const DevLayer& L, int rows, bool fuse);
     void logits(const int32_t* idx, int rows);
     /// Runs a pure-decode step of T rows (forward pass and logits) from its graph, capturing
-    /// it when this (T, splits) was seen before; eagerly otherwise. Throws GpuError.
+    /// it when this (T, span, splits) was seen before; eagerly otherwise. Throws GpuError.
     void decode_graph(int T);
     bool mv(int rows) const { return opts_.batch_invariant || rows <= opts_.matvec_rows; }
     bool rope_fusable(const DevLayer& L) const;
@@ -285,10 +286,10 @@ private:
         int64_t used = 0;
     };
     static constexpr size_t kMaxGraphs = 512;
-    std::map<std::pair<int, int>, DecodeGraph> graphs_;  // by (rows, splits)
-    std::map<std::pair<int, int>, int> graph_seen_;      // eager runs of a key not captured yet
-    int64_t steps_ = 0;                                  // begin_step calls (for the LRU order)
-    void drop_graph(std::map<std::pair<int, int>, DecodeGraph>::iterator it);
+    std::map<std::tuple<int, int, int>, DecodeGraph> graphs_;  // by (rows, attention span, splits)
+    std::map<std::tuple<int, int, int>, int> graph_seen_;      // eager runs of a key not captured yet
+    int64_t steps_ = 0;                                        // begin_step calls (for the LRU order)
+    void drop_graph(std::map<std::tuple<int, int, int>, DecodeGraph>::iterator it);
     bool profiling_ = false;
     std::vector<std::pair<std::string, gpuEvent_t>> events_;
 };

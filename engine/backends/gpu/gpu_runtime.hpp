@@ -162,6 +162,18 @@ LOOM_DEV T shfl_xor(T v, int mask) {
 #endif
 }
 
+/// v from lane `src` of the warp (src may differ between lanes); all lanes of the warp must call it.
+template <class T>
+LOOM_DEV T shfl_idx(T v, int src) {
+#if defined(LOOM_GPU_EMU)
+    return ::loom::emu::shfl(v, src);
+#elif defined(LOOM_GPU_HIP)
+    return __shfl(v, src);
+#else
+    return __shfl_sync(0xffffffffu, v, src);
+#endif
+}
+
 /// Orders the warp's shared-memory accesses (a no-op on AMD's lock-step wavefronts).
 LOOM_DEV void sync_warp() {
 #if defined(LOOM_GPU_EMU)

@@ -227,7 +227,7 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
 
     // Split-K partials: every decode row (at most one per slot), or in batch-invariant mode
     // groups of part_rows_ query rows of any kind, with splits for the whole context.
-    const int span = attn_decode_span(sh_, 0, true);  // the shortest span: the most splits
+    const int span = attn_decode_span(sh_, 0, 0, true);  // the shortest span: the most splits
     while (int64_t{splits_max_} * span < info_.n_ctx) splits_max_ *= 2;
     part_rows_ = opts.batch_invariant ? std::min(R, std::max(slots, 64)) : slots;
     part_ = alloc<float>(static_cast<size_t>(part_rows_) * splits_max_ * hp.n_head * (hp.head_dim + 2));

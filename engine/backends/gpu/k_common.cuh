@@ -1,4 +1,5 @@
-// Device helpers shared by the layer kernels (k_layers.cu, k_prefill.cu): paged KV addressing
+// Device helpers shared by the layer kernels (k_layers.cu, k_attn_decode.cu, k_attn_page.cu,
+// k_prefill.cu): paged KV addressing
 // (engine/kv_layout.hpp through a row's block table, F16 or F32 elements) and block reductions
 // (also used by the sampler, k_sample.cuh).
 #pragma once

@@ -74,6 +74,24 @@ LOOM_DEV void frag_b2(const uint16_t* s, uint32_t (&b)[4]) {
 #endif
 }
 
+// The B fragments of a k16 x n16 block of B = V (keys x dims) stored row-major (key rows of LD
+// halves) at s: r[0], r[1] for dims 0-7 (keys 0-7 and 8-15), r[2], r[3] for dims 8-15; lane l
+// holds keys 2(l%4), 2(l%4)+1 (+8 for r[1], r[3]) of dim l/4. ldmatrix .trans, addressed as
+// frag_a addresses an A tile.
+template <int LD>
+LOOM_DEV void frag_v(const uint16_t* s, uint32_t (&r)[4]) {
+#if defined(LOOM_GPU_EMU)
+    const int l = ::loom::emu::lane(), g = l >> 2, t = l & 3;
+    for (int i = 0; i < 4; ++i) {
+        const uint16_t* p = s + (8 * (i & 1) + 2 * t) * LD + 8 * (i >> 1) + g;
+        r[i] = p[0] | (static_cast<uint32_t>(p[LD]) << 16);
+    }
+#else
+    const int l = static_cast<int>(threadIdx.x) & 31;
+    qg::ldsm_x4<true>(s + (l & 15) * LD + (l >> 4) * 8, r);
+#endif
+}
+
 // c += A . B for one m16n8k16 tile: c[0], c[1] are row l/4, columns 2(l%4) and 2(l%4)+1 of the
 // 16 x 8 product, c[2], c[3] the same columns of row l/4 + 8.
 LOOM_DEV void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -145,6 +163,12 @@ LOOM_DEV uint32_t pack2(float a, float b) {
 #else
     return f2h(a) | (static_cast<uint32_t>(f2h(b)) << 16);
 #endif
+}
+
+// Two floats as an F16 pair (high part) and the F16 pair of what it left (low part).
+LOOM_DEV void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+    hi = pack2(a, b);
+    lo = pack2(a - h2f(static_cast<uint16_t>(hi)), b - h2f(static_cast<uint16_t>(hi >> 16)));
 }
 
 // Stores 16 bytes at p (shared memory, 16-byte aligned) as one vector store: without the

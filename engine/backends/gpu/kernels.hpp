@@ -238,13 +238,24 @@ void rope_store(float* qkv, int64_t ld, int rows, const AttnShape& sh, int layer
                 const float* rope_cs, const float* bq, const float* bk, const float* bv, const float* q_norm,
                 const float* k_norm, gpuStream_t s);
 
-/// Positions per split of attn_decode: 128 for shapes the vectorized kernel does not take
-/// (head_dim not a multiple of 16 or above 256, more than 8 query heads a KV head); else 64, or
-/// 256 when a step has `rows` decode rows enough to fill the device with longer splits (rows *
-/// n_head_kv >= 256, at most 4 query heads a KV head) and not `fixed`. With `fixed` (batch-
-/// invariant mode) the span depends on the shape alone, so that a query's reduction order never
-/// depends on its batch.
-int attn_decode_span(const AttnShape& sh, int rows, bool fixed);
+/// Positions per KV block the page kernels of decode attention take (the engine's block size).
+constexpr int kAttnPageTokens = 16;
+
+/// Whether attn_decode runs this shape on the page kernels (k_attn_page.cu): head_dim 32, 64 or
+/// 128 and at most 8 query heads a KV head, in CUDA and emulator builds (warps of 32 lanes).
+bool attn_page_takes(const AttnShape& sh);
+
+/// Positions per split of attn_decode for a step of `rows` decode rows whose last position is at
+/// most max_pos. Page-kernel shapes (attn_page_takes): 64 (one KV block a warp), 256 when
+/// rows * n_head_kv >= 128 or when the context gives 512 blocks of 256 positions (rows *
+/// n_head_kv * (max_pos / 256 + 1) >= 512), 1,024 when rows * n_head_kv >= 512 (longer splits
+/// fill the device with fewer blocks, and no combine runs for contexts up to the span). Other
+/// shapes (rows alone): 128
+/// where the vectorized kernel does not take them (head_dim not a multiple of 16 or above 256,
+/// more than 8 query heads a KV head); else 64, or 256 when rows * n_head_kv >= 256 and at most
+/// 4 query heads a KV head. With `fixed` (batch-invariant mode) the span depends on the shape
+/// alone (the shortest), so that a query's reduction order never depends on its batch.
+int attn_decode_span(const AttnShape& sh, int rows, int max_pos, bool fixed);
 
 /// Decode attention, split-K over the cached positions (Flash-Decoding, Dao et al. 2023): query
 /// row b < nq of q (leading dimension q_ld) attends to positions 0..rd[b].pos of its sequence,
@@ -256,6 +267,14 @@ int attn_decode_span(const AttnShape& sh, int rows, bool fixed);
 /// not one attn_decode_span gives for this shape.
 void attn_decode(const float* q, int64_t q_ld, const RowDesc* rd, int nq, int layer, const AttnShape& sh,
                  const PagedKv& kv, int span, int splits, float* part, float* att, int64_t att_ld, gpuStream_t s);
+
+/// attn_decode's split kernels for attn_page_takes shapes (k_attn_page.cu), with its arguments
+/// and results (with one split the output, else the splits' partials in `part` for the
+/// combine): F16 pools on the tensor cores (Q and P in F16 high and low parts, F32 sums), F32
+/// pools in F32 arithmetic. Throws GpuError for other shapes, or a span or KV block size that
+/// is not a multiple of kAttnPageTokens.
+void attn_decode_pages(const float* q, int64_t q_ld, const RowDesc* rd, int nq, int layer, const AttnShape& sh,
+                       const PagedKv& kv, int span, int splits, float* part, float* att, int64_t att_ld, gpuStream_t s);
 
 /// A tile of consecutive query rows of one sequence for attn_prefill: flat rows row0..row0+n-1 at
 /// positions pos0..pos0+n-1, whose block table starts at `table` in PagedKv::tables.

@@ -76,6 +76,18 @@ T shfl_xor(T v, int mask) {
     return r;
 }
 
+/// __shfl_sync over the emulated warp: v of lane `src`.
+template <class T>
+T shfl(T v, int src) {
+    static_assert(sizeof(T) <= 8, "shuffle of at most 8 bytes");
+    uint64_t b = 0;
+    std::memcpy(&b, &v, sizeof(T));
+    b = exchange(b, src);
+    T r;
+    std::memcpy(&r, &b, sizeof(T));
+    return r;
+}
+
 /// IEEE half bits -> float and back (round to nearest even).
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
