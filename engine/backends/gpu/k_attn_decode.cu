@@ -344,12 +344,12 @@ void attn_decode(const float* q, int64_t q_ld, const RowDesc* rd, int nq, int la
                  const PagedKv& kv, int span, int splits, float* part, float* att, int64_t att_ld, gpuStream_t s) {
     if (nq <= 0) return;
     const int group = sh.n_head / sh.n_head_kv;
-    const int gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
-    const dim3 grid(static_cast<unsigned>(sh.n_head_kv), static_cast<unsigned>(splits), static_cast<unsigned>(nq));
     if (attn_page_takes(sh)) {
         attn_decode_pages(q, q_ld, rd, nq, layer, sh, kv, span, splits, part, att, att_ld, s);
         if (splits == 1) return;  // the blocks wrote the output
     } else if (span == kFastSpan || span == kLongSpan) {
+        const int gm = group_bucket(group);
+        const dim3 grid(static_cast<unsigned>(sh.n_head_kv), static_cast<unsigned>(splits), static_cast<unsigned>(nq));
         auto go = [&](auto k) {
             LOOM_LAUNCH(k, grid, kAttnT, 0, s, q, q_ld, rd, layer, sh, kv, splits, part, att, att_ld);
             LOOM_GPU_CHECK_LAUNCH();

@@ -14,7 +14,7 @@
 //
 // Sources: PTX ISA 8.x "mma" (m16n8k16 layouts), "ldmatrix" (.trans for V), "cp.async"
 // (zero fill with src-size 0); FlashAttention-2 (Dao 2023), Algorithm 1.
-#include <string>
+#include <type_traits>
 
 #include "engine/backends/gpu/k_common.cuh"
 #if !defined(LOOM_GPU_HIP)
@@ -401,32 +401,31 @@ void attn_decode_pages(const float* q, int64_t q_ld, const RowDesc* rd, int nq, 
         LOOM_LAUNCH(k, grid, kPageT, smem, s, q, q_ld, rd, layer, sh, kv, span, splits, part, att, att_ld);
         LOOM_GPU_CHECK_LAUNCH();
     };
+    // f(std::integral_constant<int, head_dim>) for the head sizes attn_page_takes.
+    auto by_dim = [&](auto f) {
+        if (sh.head_dim == 32) f(std::integral_constant<int, 32>{});
+        else if (sh.head_dim == 64) f(std::integral_constant<int, 64>{});
+        else f(std::integral_constant<int, 128>{});
+    };
 #if !defined(LOOM_GPU_HIP)
     if (kv.f16) {
-        auto by_dim = [&](auto hdc) {
+        by_dim([&](auto hdc) {
             constexpr int HD = decltype(hdc)::value;
             const size_t smem = size_t{kPageWarps} * kRingHalves<HD> * sizeof(uint16_t);  // 69,632 bytes at 128
             qg::smem_limit_once<attn_page_mma_kernel<HD> >(smem);
             go(attn_page_mma_kernel<HD>, smem);
-        };
-        if (sh.head_dim == 32) by_dim(std::integral_constant<int, 32>{});
-        else if (sh.head_dim == 64) by_dim(std::integral_constant<int, 64>{});
-        else by_dim(std::integral_constant<int, 128>{});
+        });
         return;
     }
 #endif
-    const int group = sh.n_head / sh.n_head_kv;
-    const int gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
-    auto by_group = [&](auto hdc) {
+    const int gm = group_bucket(sh.n_head / sh.n_head_kv);
+    by_dim([&](auto hdc) {
         constexpr int HD = decltype(hdc)::value;
         if (gm == 1) go(attn_page_kernel<1, HD>, 0);
         else if (gm == 2) go(attn_page_kernel<2, HD>, 0);
         else if (gm == 4) go(attn_page_kernel<4, HD>, 0);
         else go(attn_page_kernel<8, HD>, 0);
-    };
-    if (sh.head_dim == 32) by_group(std::integral_constant<int, 32>{});
-    else if (sh.head_dim == 64) by_group(std::integral_constant<int, 64>{});
-    else by_group(std::integral_constant<int, 128>{});
+    });
 }
 
 }  // namespace loom::gpu

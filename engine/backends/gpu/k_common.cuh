@@ -13,6 +13,10 @@ namespace {
 
 constexpr float kNegInf = -INFINITY;
 
+// Query heads a KV head (at most 8) rounded up to the decode attention kernels' template sizes
+// 1, 2, 4 and 8.
+constexpr int group_bucket(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
+
 LOOM_DEV float kv_load(const void* base, int64_t i, bool f16) {
     return f16 ? h2f(static_cast<const uint16_t*>(base)[i]) : static_cast<const float*>(base)[i];
 }
