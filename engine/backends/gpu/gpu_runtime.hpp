@@ -126,7 +126,7 @@ inline void check(gpuError_t e, const char* what, const char* file, int line) {
 #define LOOM_DEV inline
 #define LOOM_WARP LOOM_EMU_WARP
 #define LOOM_LAUNCH(k, grid, block, smem, stream, ...) \
-    ::loom::emu::launch(dim3(grid), dim3(block), (smem), [=]() { k(__VA_ARGS__); })
+    ::loom::emu::launch(::loom::emu::kernel_key(k), dim3(grid), dim3(block), (smem), [=]() { k(__VA_ARGS__); })
 #define LOOM_DYN_SMEM(T, name) T* name = reinterpret_cast<T*>(::loom::emu::dyn_smem())
 #else
 #define LOOM_DEV __device__ __forceinline__

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <stdexcept>
 #include <unordered_map>
 #include <vector>
@@ -94,6 +95,11 @@ struct BlockState {
 
 BlockState g_b;
 std::vector<char*> g_stacks;
+
+// Dynamic shared memory a launch may take without its kernel's limit raised (CUDA's default).
+constexpr size_t kDefaultDynSmem = 48 * 1024;
+std::mutex g_smem_mu;
+std::unordered_map<const void*, size_t> g_smem_limit;  // kernel -> raised limit
 
 char* stack_for(size_t i) {
     while (g_stacks.size() <= i) {
@@ -198,9 +204,23 @@ uint64_t exchange(uint64_t bits, int src) {
     return r;
 }
 
-void launch(dim3 grid, dim3 block, size_t dyn_smem_bytes, const std::function<void()>& body) {
+int set_max_dyn_smem(const void* key, size_t bytes) {
+    const std::lock_guard<std::mutex> lock(g_smem_mu);
+    g_smem_limit[key] = bytes;
+    return 0;
+}
+
+void launch(const void* key, dim3 grid, dim3 block, size_t dyn_smem_bytes, const std::function<void()>& body) {
     const size_t n = size_t{block.x} * block.y * block.z;
     if (n == 0 || n > 1024) throw std::runtime_error("emu: block of " + std::to_string(n) + " threads");
+    if (dyn_smem_bytes > kDefaultDynSmem) {
+        const std::lock_guard<std::mutex> lock(g_smem_mu);
+        const auto it = g_smem_limit.find(key);
+        if (it == g_smem_limit.end() || it->second < dyn_smem_bytes)
+            throw std::runtime_error("emu: " + std::to_string(dyn_smem_bytes) +
+                                     " bytes of dynamic shared memory without the kernel's limit raised "
+                                     "(gpuFuncSetMaxDynamicSmem), which CUDA refuses above 48 KiB");
+    }
     const size_t nwarps = (n + LOOM_EMU_WARP - 1) / LOOM_EMU_WARP;
     g_b.fibers.assign(n, Fiber{});
     g_b.slots.assign(n, 0);

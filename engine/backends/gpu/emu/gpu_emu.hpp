@@ -51,8 +51,18 @@ struct ThreadCtx {
 };
 extern ThreadCtx g_ctx;
 
-/// Runs `body` for every thread of every block of the grid; returns when all are done.
-void launch(dim3 grid, dim3 block, size_t dyn_smem_bytes, const std::function<void()>& body);
+/// Runs `body` for every thread of every block of the grid; returns when all are done. As CUDA
+/// does, refuses (std::runtime_error) a launch of more than 48 KiB of dynamic shared memory
+/// unless set_max_dyn_smem raised kernel `key`'s limit that far first.
+void launch(const void* key, dim3 grid, dim3 block, size_t dyn_smem_bytes, const std::function<void()>& body);
+/// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes): records the
+/// limit launch() checks for kernel `key`; returns 0 (refuses nothing).
+int set_max_dyn_smem(const void* key, size_t bytes);
+/// The kernel function (or pointer) f as the key launch() and set_max_dyn_smem() share.
+template <class F>
+const void* kernel_key(F* f) {
+    return reinterpret_cast<const void*>(f);
+}
 /// The launch's dynamic shared memory (filled with 0xFF bytes at each block's start).
 void* dyn_smem();
 /// Block-wide barrier (__syncthreads).
@@ -177,4 +187,4 @@ gpuError_t gpuMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 const char* gpuGetErrorString(gpuError_t e);
 inline gpuError_t gpuGraphDestroy(gpuGraph_t) { return 0; }
 inline gpuError_t gpuGraphExecDestroy(gpuGraphExec_t) { return 0; }
-#define gpuFuncSetMaxDynamicSmem(f, bytes) (static_cast<void>(f), static_cast<void>(bytes), 0)
+#define gpuFuncSetMaxDynamicSmem(f, bytes) ::loom::emu::set_max_dyn_smem(::loom::emu::kernel_key(f), (bytes))
