@@ -101,6 +101,10 @@ using gpuGraphExec_t = LOOM_GPU_RT(GraphExec_t);
 
 namespace loom::gpu {
 
+/// Bytes of dynamic shared memory a kernel may take without gpuFuncSetMaxDynamicSmem raising
+/// its limit (CUDA C++ Programming Guide, "Shared Memory": 48 KiB by default).
+constexpr size_t kDefaultDynSmemBytes = 48 * 1024;
+
 /// A failed GPU runtime call or kernel launch; what() names the call, file and line.
 class GpuError : public std::runtime_error {
     using std::runtime_error::runtime_error;

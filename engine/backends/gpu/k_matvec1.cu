@@ -228,7 +228,7 @@ void launch_matvec1(const MatvecArgs& a, gpuStream_t s) {
     const size_t smem = static_cast<size_t>(NB) * vector_floats<T>(a.cols) * sizeof(float);
     auto k = matvec1_kernel<T, RW, MB, NB>;
     static int sized = 0;  // the largest dynamic shared memory set so far for this instantiation
-    if (static_cast<int>(smem) > sized && smem > 48 * 1024) {
+    if (static_cast<int>(smem) > sized && smem > kDefaultDynSmemBytes) {
         LOOM_GPU_CHECK(gpuFuncSetMaxDynamicSmem(k, static_cast<int>(smem)));
         sized = static_cast<int>(smem);
     }

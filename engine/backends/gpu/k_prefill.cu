@@ -306,7 +306,7 @@ void prefill_tiling(int hd, int& RB, int& BK, size_t& smem) {
         for (int bk : {32, 16, 8}) {
             const size_t bytes = sizeof(float) * (size_t(rb) * hd + size_t(bk) * (hd + 1) + size_t(bk) * hd +
                                                   size_t(rb) * (bk + 1) + 3 * size_t(rb));
-            if (bytes <= 48 * 1024) {
+            if (bytes <= kDefaultDynSmemBytes) {
                 RB = rb, BK = bk, smem = bytes;
                 return;
             }

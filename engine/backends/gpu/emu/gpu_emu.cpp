@@ -1,12 +1,12 @@
 // The CPU emulator of gpu_emu.hpp: fibers with a hand-written x86-64 context switch, block and
 // warp barriers, and the host runtime calls on plain host memory.
 #include "engine/backends/gpu/emu/gpu_emu.hpp"
+#include "engine/backends/gpu/gpu_runtime.hpp"
 
 #include <sys/mman.h>
 
 #include <chrono>
 #include <cstdlib>
-#include <mutex>
 #include <stdexcept>
 #include <unordered_map>
 #include <vector>
@@ -96,10 +96,8 @@ struct BlockState {
 BlockState g_b;
 std::vector<char*> g_stacks;
 
-// Dynamic shared memory a launch may take without its kernel's limit raised (CUDA's default).
-constexpr size_t kDefaultDynSmem = 48 * 1024;
-std::mutex g_smem_mu;
-std::unordered_map<const void*, size_t> g_smem_limit;  // kernel -> raised limit
+// Kernel -> its raised dynamic shared memory limit; like g_b, used by the launching thread only.
+std::unordered_map<const void*, size_t> g_smem_limit;
 
 char* stack_for(size_t i) {
     while (g_stacks.size() <= i) {
@@ -205,7 +203,6 @@ uint64_t exchange(uint64_t bits, int src) {
 }
 
 int set_max_dyn_smem(const void* key, size_t bytes) {
-    const std::lock_guard<std::mutex> lock(g_smem_mu);
     g_smem_limit[key] = bytes;
     return 0;
 }
@@ -213,8 +210,7 @@ int set_max_dyn_smem(const void* key, size_t bytes) {
 void launch(const void* key, dim3 grid, dim3 block, size_t dyn_smem_bytes, const std::function<void()>& body) {
     const size_t n = size_t{block.x} * block.y * block.z;
     if (n == 0 || n > 1024) throw std::runtime_error("emu: block of " + std::to_string(n) + " threads");
-    if (dyn_smem_bytes > kDefaultDynSmem) {
-        const std::lock_guard<std::mutex> lock(g_smem_mu);
+    if (dyn_smem_bytes > gpu::kDefaultDynSmemBytes) {
         const auto it = g_smem_limit.find(key);
         if (it == g_smem_limit.end() || it->second < dyn_smem_bytes)
             throw std::runtime_error("emu: " + std::to_string(dyn_smem_bytes) +
