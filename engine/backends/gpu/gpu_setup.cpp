@@ -215,7 +215,7 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
         const int max_rows = std::min(opts_.decode_gemm_rows, std::max(R, logit_rows_));
         auto need = [&](const DevMatrix& m) {
             if (!qgemm_supports(m.type, m.cols)) return;
-            for (int M = 1; M <= max_rows; ++M) pf = std::max(pf, qgemm_partial_floats(m.rows, m.cols, M));
+            for (int M = 1; M <= max_rows; ++M) pf = std::max(pf, qgemm_partial_floats(m, M));
         };
         for (const auto& L : dm_->layers)
             for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down, &L.wqkv, &L.gate_up})

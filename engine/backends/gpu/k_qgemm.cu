@@ -20,15 +20,69 @@
 
 namespace loom::gpu {
 
-int qgemm_splits(int64_t n, int64_t k, int M) {
-    const int64_t ntiles = (n + 127) / 128, ktiles = (k + 127) / 128, mgroups = (std::max(M, 1) + 63) / 64;
-    const int64_t want = (264 + ntiles * mgroups - 1) / (ntiles * mgroups);
-    return static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(16, ktiles)));
+int qgemm_sm_count() {
+    static const int n = [] {
+#if defined(LOOM_GPU_CUDA)
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0)
+            return v;
+#endif
+        return 132;
+    }();
+    return n;
 }
 
-size_t qgemm_partial_floats(int64_t n, int64_t k, int M) {
-    const int s = qgemm_splits(n, k, M);
-    return s > 1 ? static_cast<size_t>(s) * static_cast<size_t>(M) * static_cast<size_t>(n) : 0;
+namespace {
+
+// One decode GEMM kernel's launch shape for M activation rows: activation rows a block (the
+// kernels' 8-row tiles times NT), columns a K tile, and blocks an SM as the kernels'
+// __launch_bounds__ ask (qgemm_kernel 2; the fragment kernels Q4Frag::kTwoBlocks, Q6Frag's 1,
+// the exact kernel 2 only with 2-tile Q4_K blocks). The fragment kernel also has 48-row blocks:
+// 33-48 row steps took as long as 64-row ones with 64-row blocks (H100, 8B Q4_K_M: 0.86 of that
+// with them; docs/benchmarks.md).
+struct KernelShape {
+    int mt, ktile, per_sm;
+};
+
+KernelShape kernel_shape(uint32_t type, int M, QgKernel k) {
+    if (k == QgKernel::Tile) return {M <= 16 ? 16 : M <= 32 ? 32 : 64, 128, 2};
+    const bool q4 = type == kQ4_K;
+    if (k == QgKernel::Exact) return {M <= 16 ? 16 : 32, 256, q4 && M <= 16 ? 2 : 1};
+    return {M <= 16 ? 16 : M <= 32 ? 32 : M <= 48 ? 48 : 64, 256, q4 ? 2 : 1};
+}
+
+}  // namespace
+
+int qgemm_splits(const DevMatrix& w, int M, QgKernel kernel) {
+    const KernelShape ks = kernel_shape(w.type, M, kernel);
+    const int64_t kt = (w.cols + ks.ktile - 1) / ks.ktile;
+    const int64_t nb = (w.rows + 127) / 128 * ((std::max(M, 1) + ks.mt - 1) / ks.mt);
+    const int64_t sms = qgemm_sm_count(), slots = sms * ks.per_sm;
+    // Cost in bytes: the weights the busiest SMs stream (whole waves of blocks, each as long as
+    // its K tiles; a last wave of at most one block an SM runs each block faster, by a factor
+    // kLone, where the kernel holds two an SM), plus each split's partials (written, read back
+    // by the reduce kernel) and the reduce launch.
+    constexpr double kLone = 0.6;
+    const double wave_bytes = static_cast<double>(slots) * 128.0 * static_cast<double>(w.row_bytes) *
+                              static_cast<double>(ks.ktile) / static_cast<double>(w.cols);
+    int best = 1;
+    double best_cost = 0.0;
+    for (int64_t s = 1; s <= std::min<int64_t>(16, kt); ++s) {
+        const int64_t blocks = nb * s, full = blocks / slots, rem = blocks % slots;
+        const double waves = static_cast<double>(full) + (rem == 0 ? 0.0 : (ks.per_sm > 1 && rem <= sms) ? kLone : 1.0);
+        const double cost = waves * static_cast<double>((kt + s - 1) / s) * wave_bytes +
+                            (s > 1 ? 2.0 * static_cast<double>(s * M * w.rows) + 1.5e6 : 0.0);
+        if (s == 1 || cost < best_cost * 0.999) best = static_cast<int>(s), best_cost = cost;
+    }
+    return best;
+}
+
+size_t qgemm_partial_floats(const DevMatrix& w, int M) {
+    int s = qgemm_splits(w, M, QgKernel::Tile);
+    if (qgemm_exact_supports(w.type, w.cols))
+        s = std::max({s, qgemm_splits(w, M, QgKernel::Frag), qgemm_splits(w, M, QgKernel::Exact)});
+    return s > 1 ? static_cast<size_t>(s) * static_cast<size_t>(M) * static_cast<size_t>(w.rows) : 0;
 }
 
 bool qgemm_exact_supports(uint32_t type, int64_t cols) {
@@ -222,10 +276,11 @@ void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ld
     QgArgs a{w, x32, x16, ldx, M, y, ldy, add, part};
     if (low) a.x_lo = low->x_lo, a.sums = low->sums, a.ld_sums = low->ld_sums;
     const bool frag = low || frag_takes(a, q4_frag, q6_frag);
-    int splits = splits_asked > 0 ? splits_asked : qgemm_splits(w.rows, w.cols, M);
+    const QgKernel kernel = low ? QgKernel::Exact : frag ? QgKernel::Frag : QgKernel::Tile;
+    int splits = splits_asked > 0 ? splits_asked : qgemm_splits(w, M, kernel);
     if (frag) splits = std::min<int>(splits, static_cast<int>(w.cols / 256));  // its tiles are 256 columns
     if (splits > 1 && !part) throw GpuError("qgemm: split-K needs a partials buffer");
-    const int nt = M <= 16 ? 2 : M <= 32 ? 4 : 8;
+    const int nt = kernel_shape(w.type, M, kernel).mt / 8;
     auto go = [&](auto t) {
         constexpr uint32_t T = decltype(t)::value;
         if constexpr (T == kF32) {
@@ -241,9 +296,7 @@ void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ld
             else by_x(std::integral_constant<int, 8>{});
         }
     };
-    // The fragment kernel also has 48-row blocks: 33-48 row steps took as long as 64-row ones
-    // with 64-row blocks (H100, 8B Q4_K_M: 0.86 of that with them; docs/benchmarks.md).
-    if (frag) qgemm_frag(a, M <= 16 ? 2 : M <= 32 ? 4 : M <= 48 ? 6 : 8, splits, s);
+    if (frag) qgemm_frag(a, nt, splits, s);
     else with_type(w.type, "qgemm", go);
     if (splits > 1) {
         const int64_t total = static_cast<int64_t>(M) * w.rows;

@@ -150,8 +150,8 @@ struct QgLow {
 /// w[n][k] for m < M, n < w.rows, k < w.cols, with w in F16, BF16, Q8_0, Q4_K or Q6_K (device
 /// layout, dequantized in registers; no F16 copy of w is made), x in F16 (x16, when not null) or
 /// F32 (x32), leading dimension ldx elements, and y F32 with leading dimension ldy. Products run
-/// on mma.sync m16n8k16 (F16 operands, F32 sums). Where qgemm_splits(w.rows, w.cols, M) > 1, the
-/// K range is split and `part` (qgemm_partial_floats floats, device memory) holds the partial
+/// on mma.sync m16n8k16 (F16 operands, F32 sums). Where qgemm_splits(w, M, kernel) > 1, the
+/// K range is split and `part` (qgemm_partial_floats(w, M) floats, device memory) holds the partial
 /// sums, added in split order by a second kernel: results do not depend on timing. Throws
 /// GpuError when !qgemm_available() or w's type or cols (a multiple of 8) is not supported.
 /// Q4_K weights with F16 activations take the fragment kernel (k_qgemm_frag.cu: nibbles decoded
@@ -182,12 +182,21 @@ bool qgemm_exact_supports(uint32_t type, int64_t cols);
 bool qgemm_available();
 /// True when qgemm() takes weights of this type and column count.
 bool qgemm_supports(uint32_t type, int64_t cols);
-/// K splits qgemm uses for a w.rows x w.cols matrix and M activation rows (a function of the
-/// shapes only, so a given batch always adds in the same order): enough blocks for about two
-/// per SM of an H200 (132 SMs), at most 16 and at most one per 128-column tile.
-int qgemm_splits(int64_t n, int64_t k, int M);
-/// Floats of split-K partials qgemm needs for that shape: splits * M * n when splits > 1, else 0.
-size_t qgemm_partial_floats(int64_t n, int64_t k, int M);
+/// The decode GEMM kernel a qgemm() call takes: the tile kernel (weights decoded into shared
+/// memory), the fragment kernel (Q4_K, Q6_K decoded into the MMA operands) or its exact form.
+enum class QgKernel { Tile, Frag, Exact };
+/// K splits qgemm uses for matrix w, M activation rows and that kernel: a function of the shapes
+/// and the device's SM count only, so a given batch always adds in the same order. It takes the
+/// count (1 to 16, at most one per K tile) whose blocks fill the SMs in the fewest waves of the
+/// fewest K tiles, counting each split's partials (written, then read by the reduce kernel) and
+/// a last wave of one block an SM as faster than a full one.
+int qgemm_splits(const DevMatrix& w, int M, QgKernel kernel);
+/// The SM count qgemm_splits plans for: the device's (the first call reads it), 132 in the
+/// emulator (an H100 or H200).
+int qgemm_sm_count();
+/// Floats of split-K partials any qgemm call on w with M rows may need: splits * M * w.rows for
+/// the most splits of the kernels that take w's type, 0 when none splits.
+size_t qgemm_partial_floats(const DevMatrix& w, int M);
 
 /// The same product as Gemm::batched_f16 (column-major, F16 A and B, F32 C = alpha * op(A) . B,
 /// added to C when accumulate)
