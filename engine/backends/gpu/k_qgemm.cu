@@ -57,14 +57,14 @@ KernelShape kernel_shape(uint32_t type, int M, QgKernel k) {
 int qgemm_splits(const DevMatrix& w, int M, QgKernel kernel) {
     const KernelShape ks = kernel_shape(w.type, M, kernel);
     const int64_t kt = (w.cols + ks.ktile - 1) / ks.ktile;
-    const int64_t nb = (w.rows + 127) / 128 * ((std::max(M, 1) + ks.mt - 1) / ks.mt);
+    const int64_t nb = (w.rows + qg::kQgN - 1) / qg::kQgN * ((std::max(M, 1) + ks.mt - 1) / ks.mt);
     const int64_t sms = qgemm_sm_count(), slots = sms * ks.per_sm;
     // Cost in bytes: the weights the busiest SMs stream (whole waves of blocks, each as long as
     // its K tiles; a last wave of at most one block an SM runs each block faster, by a factor
     // kLone, where the kernel holds two an SM), plus each split's partials (written, read back
     // by the reduce kernel) and the reduce launch.
     constexpr double kLone = 0.6;
-    const double wave_bytes = static_cast<double>(slots) * 128.0 * static_cast<double>(w.row_bytes) *
+    const double wave_bytes = static_cast<double>(slots) * qg::kQgN * static_cast<double>(w.row_bytes) *
                               static_cast<double>(ks.ktile) / static_cast<double>(w.cols);
     int best = 1;
     double best_cost = 0.0;

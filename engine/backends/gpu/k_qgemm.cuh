@@ -11,13 +11,16 @@
 #include "engine/backends/gpu/k_dot.cuh"
 #include "engine/backends/gpu/k_matvec.cuh"
 
-#if !defined(LOOM_GPU_HIP)
-namespace loom::gpu {
-namespace qg {
-
+namespace loom::gpu::qg {
+// The launch shape, which the host's split rule (k_qgemm.cu qgemm_splits) reads on every backend.
 constexpr int kQgThreads = 256;  // 8 warps
 constexpr int kQgN = 128;        // weight rows a block (16 a warp)
 constexpr int kQgMaxM = 64;      // activation rows a block
+}  // namespace loom::gpu::qg
+
+#if !defined(LOOM_GPU_HIP)
+namespace loom::gpu {
+namespace qg {
 
 #if defined(LOOM_GPU_EMU)
 // The 32-bit word (two halves) at p.
