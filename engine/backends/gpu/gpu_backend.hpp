@@ -70,10 +70,14 @@ struct GpuOptions {
     /// Steps of more than matvec_rows and at most this many rows run their BF16 and quantized
     /// matrices through the tensor-core decode GEMM (kernels.hpp qgemm: dequantized in
     /// registers, no F16 copy of the weights); larger steps dequantize to F16 for the prefill
-    /// GEMM. -1 (the default): 64 in CUDA builds (from 128 rows dequantize + cuBLAS was faster
-    /// on the H200), 0 (off) in the emulator, where it is checked on request, and in HIP
-    /// builds, which do not have the kernel. With split_products only Q4_K and Q6_K matrices
-    /// take it (its exact kernel), and the default matvec_rows is 8 for other types.
+    /// GEMM. -1 (the default) in CUDA builds: 192 rows for Q4_K and Q6_K matrices on the
+    /// fragment kernels (H100, 8B Q4_K_M: 128-row steps 14.2 against 20.3 ms dequantized, 256
+    /// rows 25.0 against 23.2; docs/benchmarks.md), 64 for the tile kernel's types (BF16, Q8_0;
+    /// from 128 rows dequantize + cuBLAS was faster on the H200), for decode_gemm_tiled and for
+    /// the exact kernel (split_products); 0 (off) in the emulator, where it is checked on
+    /// request, and in HIP builds, which do not have the kernel. A value given applies to every
+    /// kernel. With split_products only Q4_K and Q6_K matrices take it (its exact kernel), and
+    /// the default matvec_rows is 8 for other types.
     int decode_gemm_rows = -1;
     /// F16 matrices through the decode GEMM too (default: cuBLAS reads them as they are).
     bool decode_gemm_f16 = false;
@@ -224,6 +228,7 @@ private:
     int64_t ld_xs_ = 0;
     float* logits_ = nullptr;   // [logit_rows_][ld_v]
     int logit_rows_ = 0;        // max(max_slots, score group)
+    int tile_gemm_rows_ = 0;    // decode GEMM rows for all but the fragment kernels (GpuOptions::decode_gemm_rows)
     float* qg_part_ = nullptr;  // the decode GEMM's split-K partials (qgemm_partial_floats)
     float* part_ = nullptr;     // split-K partials: part_rows_ queries, splits_max_ splits
     int part_rows_ = 0, splits_max_ = 1;

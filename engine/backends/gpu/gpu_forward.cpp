@@ -72,13 +72,19 @@ void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat
         }
         return;
     }
-    const bool tc = rows <= opts_.decode_gemm_rows;
     const bool split = opts_.split_products;
+    // The decode GEMM takes Q4_K and Q6_K matrices (its fragment kernels) up to decode_gemm_rows
+    // rows, the others (its tile kernel) and the exact kernel up to tile_gemm_rows_.
+    const bool tc_tile = rows <= tile_gemm_rows_;
+    auto tc = [&](const DevMatrix& m) {
+        const bool frag = !split && !opts_.decode_gemm_tiled && qgemm_exact_supports(m.type, m.cols);
+        return frag ? rows <= opts_.decode_gemm_rows : tc_tile;
+    };
     // Split products: the input's F16 high and low parts (and for the decode GEMM their block
     // sums), once for every matrix of the call (they share x32 and its width), unless every
     // matrix is F32 (cuBLAS reads x32 then).
     const int K0 = static_cast<int>(mats[0]->cols);
-    const bool sums = split && tc && xs_sum_ && K0 % 256 == 0;
+    const bool sums = split && tc_tile && xs_sum_ && K0 % 256 == 0;
     bool parts = false;
     for (int i = 0; i < nmat; ++i) parts = parts || mats[i]->type != kF32;
     if (split && xs_hi_ && parts)
@@ -91,7 +97,7 @@ void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat
             qgemm(m, nullptr, xs_hi_, ld_xs_, rows, ys[i], ldy, add, qg_part_, stream_, true, 0, true, &low);
             continue;
         }
-        if (tc && !split && qgemm_supports(m.type, m.cols) && (m.type != kF16 || opts_.decode_gemm_f16)) {
+        if (tc(m) && !split && qgemm_supports(m.type, m.cols) && (m.type != kF16 || opts_.decode_gemm_f16)) {
             qgemm(m, x32, x16, x16 ? ldx16 : ldx, rows, ys[i], ldy, add, qg_part_, stream_, !opts_.decode_gemm_tiled, 0,
                   !opts_.decode_gemm_tiled);
             continue;
