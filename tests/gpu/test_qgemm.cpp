@@ -240,10 +240,10 @@ int check_split_rule() {
         int splits;
     };
     const Want wants[] = {
-        {kQ4_K, 6144, 4096, 64, QgKernel::Frag, 8},  {kQ4_K, 4096, 4096, 64, QgKernel::Frag, 4},
+        {kQ4_K, 6144, 4096, 64, QgKernel::Frag, 4},  {kQ4_K, 4096, 4096, 64, QgKernel::Frag, 4},
         {kQ4_K, 28672, 4096, 64, QgKernel::Frag, 1}, {kQ4_K, 4096, 14336, 64, QgKernel::Frag, 8},
         {kQ6_K, 4096, 14336, 64, QgKernel::Frag, 4}, {kQ4_K, 6144, 4096, 16, QgKernel::Frag, 8},
-        {kQ4_K, 4096, 4096, 16, QgKernel::Frag, 8},  {kQ4_K, 28672, 4096, 16, QgKernel::Frag, 4},
+        {kQ4_K, 4096, 4096, 16, QgKernel::Frag, 8},  {kQ4_K, 28672, 4096, 16, QgKernel::Frag, 1},
         {kQ4_K, 4096, 14336, 16, QgKernel::Frag, 8}, {kQ6_K, 4096, 14336, 16, QgKernel::Frag, 4},
         {kQ8_0, 4096, 4096, 64, QgKernel::Tile, 8},  {kQ4_K, 4096, 14336, 32, QgKernel::Exact, 4},
     };

@@ -60,10 +60,13 @@ int qgemm_splits(const DevMatrix& w, int M, QgKernel kernel) {
     const int64_t nb = (w.rows + qg::kQgN - 1) / qg::kQgN * ((std::max(M, 1) + ks.mt - 1) / ks.mt);
     const int64_t sms = qgemm_sm_count(), slots = sms * ks.per_sm;
     // Cost in bytes: the weights the busiest SMs stream (whole waves of blocks, each as long as
-    // its K tiles; a last wave of at most one block an SM runs each block faster, by a factor
-    // kLone, where the kernel holds two an SM), plus each split's partials (written, read back
-    // by the reduce kernel) and the reduce launch.
-    constexpr double kLone = 0.6;
+    // its K tiles plus a prologue of kPrologue tiles, the first loads that nothing overlaps; a
+    // last wave of at most one block an SM runs each block faster, by a factor kLone, where the
+    // kernel holds two an SM), plus each split's partials (written, read back by the reduce
+    // kernel) and the reduce launch. Without the prologue the rule split 4-16 row steps' gate |
+    // up and logits 4-8 ways, and those steps were 1.04-1.05 times longer than with it (H100,
+    // 8B Q4_K_M; 1.0 at 32-64 rows; a prologue of one tile was between: docs/benchmarks.md).
+    constexpr double kLone = 0.6, kPrologue = 0.5;
     const double wave_bytes = static_cast<double>(slots) * qg::kQgN * static_cast<double>(w.row_bytes) *
                               static_cast<double>(ks.ktile) / static_cast<double>(w.cols);
     int best = 1;
@@ -71,7 +74,7 @@ int qgemm_splits(const DevMatrix& w, int M, QgKernel kernel) {
     for (int64_t s = 1; s <= std::min<int64_t>(16, kt); ++s) {
         const int64_t blocks = nb * s, full = blocks / slots, rem = blocks % slots;
         const double waves = static_cast<double>(full) + (rem == 0 ? 0.0 : (ks.per_sm > 1 && rem <= sms) ? kLone : 1.0);
-        const double cost = waves * static_cast<double>((kt + s - 1) / s) * wave_bytes +
+        const double cost = waves * (static_cast<double>((kt + s - 1) / s) + kPrologue) * wave_bytes +
                             (s > 1 ? 2.0 * static_cast<double>(s * M * w.rows) + 1.5e6 : 0.0);
         if (s == 1 || cost < best_cost * 0.999) best = static_cast<int>(s), best_cost = cost;
     }

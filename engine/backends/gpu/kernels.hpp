@@ -188,8 +188,10 @@ enum class QgKernel { Tile, Frag, Exact };
 /// K splits qgemm uses for matrix w, M activation rows and that kernel: a function of the shapes
 /// and the device's SM count only, so a given batch always adds in the same order. It takes the
 /// count (1 to 16, at most one per K tile) whose blocks fill the SMs in the fewest waves of the
-/// fewest K tiles, counting each split's partials (written, then read by the reduce kernel) and
-/// a last wave of one block an SM as faster than a full one.
+/// fewest K tiles (each block's first loads, which nothing overlaps, counted as half a tile),
+/// counting each split's partials (written, then read by the reduce kernel) and a last wave of
+/// one block an SM as faster than a full one (docs/benchmarks.md, the sixth session of
+/// 2026-12-06).
 int qgemm_splits(const DevMatrix& w, int M, QgKernel kernel);
 /// The SM count qgemm_splits plans for: the device's (the first call reads it), 132 in the
 /// emulator (an H100 or H200).
