@@ -61,12 +61,13 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
             "operands: not the tile kernel or F16 matrices through the decode GEMM, which round to F16");
     if (opts_.decode_gemm_rows > 0 && !qgemm_available())
         throw std::invalid_argument("this build has no tensor-core decode GEMM (decode_gemm_rows must be 0)");
-        // Above these, dequantize + cuBLAS was faster (docs/benchmarks.md): the fragment kernels
-        // (Q4_K, Q6_K) and the others (the tile and exact kernels).
 #if defined(LOOM_GPU_CUDA)
+    // Above these, dequantize + cuBLAS was faster (docs/benchmarks.md): the fragment kernels
+    // (Q4_K, Q6_K) and the others (the tile and exact kernels).
     constexpr int kFragGemmRows = 192, kTileGemmRows = 64;
 #else
-    constexpr int kFragGemmRows = 0, kTileGemmRows = 0;  // the emulator on request only; HIP has no such kernel
+    // The emulator takes the decode GEMM on request only, and HIP has no such kernel.
+    constexpr int kFragGemmRows = 0, kTileGemmRows = 0;
 #endif
     tile_gemm_rows_ = opts_.decode_gemm_rows < 0 ? kTileGemmRows : opts_.decode_gemm_rows;
     if (opts_.decode_gemm_rows < 0) opts_.decode_gemm_rows = kFragGemmRows;
@@ -156,7 +157,7 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
 #if defined(LOOM_GPU_EMU)
     constexpr bool kSplitParts = true;  // the emulator takes cuBLAS's F16 parts (its tests check them)
 #else
-    constexpr bool kSplitParts = false;                  // HIP: the own GEMM reads F32 activations
+    constexpr bool kSplitParts = false;  // HIP: the own GEMM reads F32 activations
 #endif
     if (opts.split_products && (gemm_->wants_f16_input() || kSplitParts)) {
         ld_xs_ = std::max({ld_d_, ld_att_, ld_ff_});
