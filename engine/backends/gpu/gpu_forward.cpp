@@ -77,7 +77,8 @@ void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat
     // rows, the others (its tile kernel) and the exact kernel up to tile_gemm_rows_.
     const bool tc_tile = rows <= tile_gemm_rows_;
     auto tc = [&](const DevMatrix& m) {
-        const bool frag = !split && !opts_.decode_gemm_tiled && qgemm_exact_supports(m.type, m.cols);
+        const bool frag = !split && qgemm_frag_takes(m.type, m.cols, x16 != nullptr, !opts_.decode_gemm_tiled,
+                                                     !opts_.decode_gemm_tiled);
         return frag ? rows <= opts_.decode_gemm_rows : tc_tile;
     };
     // Split products: the input's F16 high and low parts (and for the decode GEMM their block

@@ -92,6 +92,11 @@ bool qgemm_exact_supports(uint32_t type, int64_t cols) {
     return qgemm_available() && (type == kQ4_K || type == kQ6_K) && cols > 0 && cols % 256 == 0;
 }
 
+bool qgemm_frag_takes(uint32_t type, int64_t cols, bool x16, bool q4_frag, bool q6_frag) {
+    const bool t = (q4_frag && type == kQ4_K) || (q6_frag && type == kQ6_K);
+    return t && x16 && qgemm_exact_supports(type, cols);
+}
+
 bool qgemm_supports(uint32_t type, int64_t cols) {
     const bool t = type == kF16 || type == kBF16 || type == kQ8_0 || type == kQ4_K || type == kQ6_K;
     return t && cols > 0 && cols % 8 == 0;
@@ -278,7 +283,7 @@ void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ld
             "their low parts and block sums (an even leading dimension)");
     QgArgs a{w, x32, x16, ldx, M, y, ldy, add, part};
     if (low) a.x_lo = low->x_lo, a.sums = low->sums, a.ld_sums = low->ld_sums;
-    const bool frag = low || frag_takes(a, q4_frag, q6_frag);
+    const bool frag = low || qgemm_frag_takes(w.type, w.cols, x16 != nullptr, q4_frag, q6_frag);
     const QgKernel kernel = low ? QgKernel::Exact : frag ? QgKernel::Frag : QgKernel::Tile;
     int splits = splits_asked > 0 ? splits_asked : qgemm_splits(w, M, kernel);
     if (frag) splits = std::min<int>(splits, static_cast<int>(w.cols / 256));  // its tiles are 256 columns

@@ -243,14 +243,7 @@ LOOM_DEV void store_acc(const QgArgs& a, const float (&acc)[NT][4], int n0, int 
         }
 }
 
-/// Whether qgemm_frag() takes this call: F16 activations and Q4_K weights (when q4) or Q6_K
-/// weights (when q6).
-inline bool frag_takes(const QgArgs& a, bool q4, bool q6) {
-    const bool type = (q4 && a.w.type == kQ4_K) || (q6 && a.w.type == kQ6_K);
-    return type && a.x16 && a.w.cols % 256 == 0;
-}
-
-/// The fragment kernels (k_qgemm_frag.cu) for frag_takes() calls, Q4_K or Q6_K by a.w.type: NT
+/// The fragment kernels (k_qgemm_frag.cu) for qgemm_frag_takes() calls, Q4_K or Q6_K by a.w.type: NT
 /// 8-row activation tiles a block (2, 4, 6 or 8; 2 or 4 with a.x_lo), `splits` K splits (at most
 /// one per 256 columns). With a.x_lo (the split products) the exact kernel: integer weights
 /// exact in F16, the activations' high and low parts, the block scales applied in F32.

@@ -177,6 +177,9 @@ void qgemm(const DevMatrix& w, const float* x32, const uint16_t* x16, int64_t ld
 /// True when qgemm() takes weights of this type and column count with `low` set: Q4_K or Q6_K
 /// in whole 256-column blocks, in builds that have the kernel.
 bool qgemm_exact_supports(uint32_t type, int64_t cols);
+/// True when a qgemm() call without `low` takes the fragment kernel: F16 activations (x16) and
+/// Q4_K weights (when q4_frag) or Q6_K weights (when q6_frag) as qgemm_exact_supports takes them.
+bool qgemm_frag_takes(uint32_t type, int64_t cols, bool x16, bool q4_frag, bool q6_frag);
 /// True in builds that have the kernel (CUDA for sm_80 and later, and the emulator); false in
 /// HIP builds, whose decode GEMMs dequantize to F16 first (no mma.sync counterpart used there).
 bool qgemm_available();
