@@ -1,7 +1,8 @@
 // loom-gpu-matvec-test: the decode matvec (kernels.hpp matvec, k_matvec.cu's batched kernel)
 // against a float64 product on the host, for F16, BF16, Q8_0, Q4_K and Q6_K weights at odd
 // sizes: 1-4 activation vectors (the 1-, 2- and 4-vector instantiations; one quantized vector
-// through the single-vector kernel, k_matvec1.cu, and through the batched one), and 3
+// through the single-vector kernel, k_matvec1.cu, on the device's grid and on 2 blocks whose
+// warps loop over the rows, and through the batched one), and 3
 // through the fixed 8-vector tiling (fixed_tiling); weight rows that are not a multiple of the kernel's rows
 // a block (7, 130, 255); rows of one to 17 blocks, and 16-bit rows of 200 columns (a partial last chunk); plain stores,
 // residual adds, the fused RMSNorm, and SwiGLU over two segments; activations of ordinary size,
@@ -40,7 +41,7 @@ struct Case {
 // One case (fixed: the 8-vector tiling whatever nb; single: quantized weights through the
 // single-vector kernel, k_matvec1.cu, where it takes the case); true when every output agrees
 // with the reference.
-bool run_case(const Case& c, bool fixed, bool single, std::mt19937_64& rng) {
+bool run_case(const Case& c, bool fixed, bool single, int max_blocks, std::mt19937_64& rng) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int N = c.N, K = c.K, nb = c.nb, nseg = c.mode == MvMode::SwiGLU ? 2 : 1;
     const size_t gg_row = model::row_bytes(c.type, K), dev_row = device_row_bytes(c.type, K);
@@ -82,6 +83,7 @@ bool run_case(const Case& c, bool fixed, bool single, std::mt19937_64& rng) {
     a.norm_eps = 1e-5f;
     a.fixed_tiling = fixed;
     a.single = single;
+    a.max_blocks = max_blocks;
     matvec(a, nullptr);
     LOOM_GPU_CHECK(gpuDeviceSynchronize());
     std::vector<float> y(y0.size());
@@ -156,13 +158,14 @@ int main() {
     std::mt19937_64 rng(20261205);
     int bad = 0, n = 0;
     for (const Case& c : cases)
-        for (int v = 0; v < 3; ++v) {
-            const bool fixed = v == 1, single = v == 2;
+        for (int v = 0; v < 4; ++v) {
+            const bool fixed = v == 1, single = v >= 2;
             if (fixed && c.nb != 3) continue;  // the 8-vector tiling with 3 of its 8 used
-            // One quantized vector: the batched kernel (v = 0) and the single-vector one.
+            // One quantized vector: the batched kernel (v = 0) and the single-vector one, on the
+            // device's grid (v = 2) and on 2 blocks whose warps loop over the row groups (v = 3).
             if (single && (c.nb > 1 || (c.type != kQ4_K && c.type != kQ6_K && c.type != kQ8_0))) continue;
             ++n;
-            if (!run_case(c, fixed, single, rng)) ++bad;
+            if (!run_case(c, fixed, single, v == 3 ? 2 : 0, rng)) ++bad;
         }
     std::printf("matvec: %d cases, %d disagree\n", n, bad);
     return bad ? 1 : 0;

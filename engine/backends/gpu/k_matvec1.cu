@@ -15,16 +15,25 @@
 //    lanes of a 16-byte shared load phase, which read the runs of eight chunks of a block, hit
 //    eight distinct groups of four banks in each of the three chunk orders (checked by
 //    enumerating the lanes' addresses).
-//  - Each warp owns RW rows (RW / 2 outputs in SwiGLU mode); lane l takes chunks l, l + 32, ...
-//    of every row, with the next chunk's loads issued before the current chunk's products, and
-//    the rows' sums are reduced by warp shuffles alone: no barrier after the staging.
+//  - Each warp takes groups of RW rows (RW / 2 outputs in SwiGLU mode); lane l takes chunks l,
+//    l + 32, ... of every row, with the next chunk's loads issued before the current chunk's
+//    products, and a group's sums are reduced by warp shuffles alone: no barrier after the
+//    staging. A matrix whose groups the device holds at once (the occupancy calculator's
+//    blocks) takes one group a warp (LOOP = false). A larger one (gate | up, the logits) takes
+//    at most the resident blocks, whose warps loop over the groups with the loads running ahead
+//    across group boundaries, so that a block stages x once for all its rows and no load waits
+//    for a new block's staging; the fewest blocks that need the same number of rounds, so that
+//    the warps' shares differ by one group at most (against one group a warp: gate | up 0.94,
+//    the logits 0.79 of the time on an H100; docs/benchmarks.md).
 //  - The epilogue (store, residual add, SwiGLU, RoPE and the paged K/V store) is the batched
 //    kernel's (k_matvec.cuh store_row).
 //
 // Sources: the GGUF block layouts (ggml-common.h; k_dot.cuh's codecs); CUDA C++ Programming
 // Guide, "Shared Memory" (bank conflicts of 128-bit accesses, served a quarter warp at a time)
 // and "Warp Shuffle Functions"; RMSNorm (Zhang and Sennrich 2019) as rmsnorm() computes it.
+#include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "engine/backends/gpu/k_common.cuh"
 #include "engine/backends/gpu/k_dot.cuh"
@@ -71,9 +80,11 @@ LOOM_DEV int run_slot(int e) {
     }
 }
 
-/// Block b, warp w: RW weight rows (SwiGLU: RW / 2 outputs, gate rows then up rows) for NB
-/// activation vectors (a.nb == NB); MB blocks an SM asked of the register allocator.
-template <uint32_t T, int RW, int MB, int NB>
+/// RW weight rows a warp at a time (SwiGLU: RW / 2 outputs, gate rows then up rows), for NB
+/// activation vectors (a.nb == NB); MB blocks an SM asked of the register allocator. Warp w of
+/// block b takes row group g0 = 8 b + w and, with LOOP, g0 + 8 gridDim, g0 + 16 gridDim, ...
+/// (without, the grid must cover every group).
+template <uint32_t T, int RW, int MB, int NB, bool LOOP>
 __global__ void __launch_bounds__(kM1Threads, MB) matvec1_kernel(MatvecArgs a) {
     using C = Chunk<T>;
     constexpr bool kQ4 = T == kQ4_K;
@@ -85,8 +96,56 @@ __global__ void __launch_bounds__(kM1Threads, MB) matvec1_kernel(MatvecArgs a) {
     const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
     const int K = a.cols, n4 = K / 4, nch = C::count(K), vf = vector_floats<T>(K);
 
-    // 1. Stage each x (times the RMSNorm scale and weights, and 2^64 for the K-quants) and its
-    // run sums.
+    // This warp's groups: `mine` of them, each `steps` chunk steps (lane l takes chunks l, l +
+    // 32, ... of each row).
+    const bool swiglu = a.mode == MvMode::SwiGLU;
+    const int per_warp = swiglu ? RW / 2 : RW;
+    const int total = matvec_units(a);
+    const int groups = (total + per_warp - 1) / per_warp;
+    const int nwarps = static_cast<int>(gridDim.x) * kM1Warps;
+    const int g0 = static_cast<int>(blockIdx.x) * kM1Warps + warp;
+    const int mine = g0 >= groups ? 0 : LOOP ? (groups - 1 - g0) / nwarps + 1 : 1;
+    const int steps = (nch + kWarp - 1) / kWarp, nsteps = mine * steps;
+
+    // The rows of the k-th group of this warp: segment, row in it, and (loads) the weights.
+    auto locate = [&](int k, int(&seg)[RW], int(&loc)[RW]) {
+        const int u0 = (g0 + k * nwarps) * per_warp;
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+            if (swiglu) {
+                loc[r] = u0 + r % (RW / 2);
+                seg[r] = r < RW / 2 ? 0 : 1;
+            } else {
+                seg[r] = seg_of(a, u0 + r, loc[r]);
+            }
+        }
+        return u0;
+    };
+    using Raw = typename C::Raw;
+    const uint8_t* wr[RW];
+    auto point = [&](int k) {  // wr: the rows of this warp's k-th group (row 0 past the end)
+        int seg[RW], loc[RW];
+        const int u0 = locate(k, seg, loc);
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+            const bool valid = (swiglu ? loc[r] : u0 + r) < total;
+            wr[r] = valid ? seg_w(a, seg[r]) + static_cast<size_t>(loc[r]) * a.row_bytes : a.seg[0].w;
+        }
+    };
+    auto load = [&](Raw(&raw)[RW], int c) {
+#pragma unroll
+        for (int r = 0; r < RW; ++r) C::load(wr[r], c, K, raw[r]);
+    };
+    int lk = 0, lj = 0;  // the next load's group (of this warp's) and step
+    auto load_next = [&](Raw(&raw)[RW]) {
+        if (lj == 0) point(lk);
+        const int c = lane + kWarp * lj;
+        if (c < nch) load(raw, c);
+        if (++lj == steps) lj = 0, ++lk;
+    };
+
+    // 1. Each x is staged (times the RMSNorm scale and weights, and 2^64 for the K-quants) with
+    // its run sums.
 #pragma unroll 1
     for (int b = 0; b < NB; ++b) {
         const float* xb = a.x + b * a.x_stride;
@@ -122,27 +181,10 @@ __global__ void __launch_bounds__(kM1Threads, MB) matvec1_kernel(MatvecArgs a) {
         }
     }
     __syncthreads();
+    if (nsteps == 0) return;  // no barrier follows
 
-    // 2. This warp's rows.
-    const bool swiglu = a.mode == MvMode::SwiGLU;
-    const int per_warp = swiglu ? RW / 2 : RW;
-    const int total = matvec_units(a);
-    const int u0 = (static_cast<int>(blockIdx.x) * kM1Warps + warp) * per_warp;
-    if (u0 >= total) return;  // no barrier follows
-    const uint8_t* wr[RW];
-    int seg[RW], loc[RW];
-#pragma unroll
-    for (int r = 0; r < RW; ++r) {
-        if (swiglu) {
-            loc[r] = u0 + r % (RW / 2);
-            seg[r] = r < RW / 2 ? 0 : 1;
-        } else {
-            seg[r] = seg_of(a, u0 + r, loc[r]);
-        }
-        const bool valid = (swiglu ? loc[r] : u0 + r) < total;
-        wr[r] = valid ? seg_w(a, seg[r]) + static_cast<size_t>(loc[r]) * a.row_bytes : a.seg[0].w;
-    }
-
+    // 2. The products, the loads a step ahead; after a group's last step its sums by shuffles
+    // (every lane gets each row's), then lane NB r + b stores row r of vector b.
     float acc[RW][NB];
 #pragma unroll
     for (int r = 0; r < RW; ++r)
@@ -150,12 +192,35 @@ __global__ void __launch_bounds__(kM1Threads, MB) matvec1_kernel(MatvecArgs a) {
         for (int b = 0; b < NB; ++b) acc[r][b] = 0.0f;
     Q4Sel q4s{};
     if constexpr (kQ4) q4s = q4_sel((lane & 7) >> 1);  // c % 8 == lane % 8 for every chunk c of the lane
-    using Raw = typename C::Raw;
-    auto load = [&](Raw(&raw)[RW], int c) {
+    auto finish = [&](int k) {
+        int seg[RW], loc[RW];
+        const int u0 = locate(k, seg, loc);
+        float v[RW][NB];
 #pragma unroll
-        for (int r = 0; r < RW; ++r) C::load(wr[r], c, K, raw[r]);
+        for (int r = 0; r < RW; ++r)
+#pragma unroll
+            for (int b = 0; b < NB; ++b) {
+                v[r][b] = warp_sum(acc[r][b]);
+                acc[r][b] = 0.0f;
+            }
+        if (swiglu) {
+#pragma unroll
+            for (int r = 0; r < RW / 2; ++r)
+#pragma unroll
+                for (int b = 0; b < NB; ++b)
+                    if (lane == NB * r + b && loc[r] < total) {
+                        const float g = v[r][b], u = v[r + RW / 2][b];
+                        a.seg[0].y[b * a.y_stride + loc[r]] = g / (1.0f + expf(-g)) * u;
+                    }
+            return;
+        }
+#pragma unroll
+        for (int r = 0; r < RW; ++r)
+#pragma unroll
+            for (int b = 0; b < NB; ++b)
+                if (lane == NB * r + b && u0 + r < total) store_row(a, seg[r], loc[r], b, v[r][b], v[r ^ 1][b]);
     };
-    auto products = [&](const Raw(&raw)[RW], int c) {
+    auto dot = [&](const Raw(&raw)[RW], int c) {
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
             const float* sx = sm + b * vf;
@@ -183,68 +248,113 @@ __global__ void __launch_bounds__(kM1Threads, MB) matvec1_kernel(MatvecArgs a) {
         }
     };
     Raw ra[RW], rb[RW];
-    int c = lane;
-    if (c < nch) load(ra, c);
-    for (; c < nch; c += 2 * kWarp) {  // two register sets, alternating without copies
-        const int c1 = c + kWarp;
-        if (c1 < nch) load(rb, c1);
-        products(ra, c);
-        if (c1 < nch) {
-            if (c1 + kWarp < nch) load(ra, c1 + kWarp);
-            products(rb, c1);
+    if constexpr (!LOOP) {  // one group: lane l's chunks l, l + 32, ... of its rows
+        point(0);
+        int c = lane;
+        if (c < nch) load(ra, c);
+        for (; c < nch; c += 2 * kWarp) {  // two register sets, alternating without copies
+            const int c1 = c + kWarp;
+            if (c1 < nch) load(rb, c1);
+            dot(ra, c);
+            if (c1 < nch) {
+                if (c1 + kWarp < nch) load(ra, c1 + kWarp);
+                dot(rb, c1);
+            }
         }
-    }
-
-    // 3. Sums by shuffles (every lane gets each row's), then lane NB r + b stores row r of
-    // vector b.
-    float v[RW][NB];
-#pragma unroll
-    for (int r = 0; r < RW; ++r)
-#pragma unroll
-        for (int b = 0; b < NB; ++b) v[r][b] = warp_sum(acc[r][b]);
-    if (swiglu) {
-#pragma unroll
-        for (int r = 0; r < RW / 2; ++r)
-#pragma unroll
-            for (int b = 0; b < NB; ++b)
-                if (lane == NB * r + b && loc[r] < total) {
-                    const float g = v[r][b], u = v[r + RW / 2][b];
-                    a.seg[0].y[b * a.y_stride + loc[r]] = g / (1.0f + expf(-g)) * u;
-                }
+        finish(0);
         return;
     }
-#pragma unroll
-    for (int r = 0; r < RW; ++r)
-#pragma unroll
-        for (int b = 0; b < NB; ++b)
-            if (lane == NB * r + b && u0 + r < total) store_row(a, seg[r], loc[r], b, v[r][b], v[r ^ 1][b]);
+    int ck = 0, cj = 0;  // the next products' group and step
+    auto products = [&](const Raw(&raw)[RW]) {
+        const int c = lane + kWarp * cj;
+        if (c < nch) dot(raw, c);
+        if (++cj == steps) {
+            finish(ck);
+            cj = 0, ++ck;
+        }
+    };
+    load_next(ra);
+    if (nsteps > 1) load_next(rb);
+    for (int s = 0; s < nsteps; s += 2) {  // two register sets, alternating without copies
+        products(ra);
+        if (s + 2 < nsteps) load_next(ra);
+        if (s + 1 < nsteps) {
+            products(rb);
+            if (s + 3 < nsteps) load_next(rb);
+        }
+    }
 }
 
-template <uint32_t T, int RW, int MB, int NB>
-void launch_matvec1(const MatvecArgs& a, gpuStream_t s) {
-    const int per_warp = a.mode == MvMode::SwiGLU ? RW / 2 : RW;
-    const int per_block = kM1Warps * per_warp;
-    const unsigned blocks = static_cast<unsigned>((matvec_units(a) + per_block - 1) / per_block);
-    const size_t smem = static_cast<size_t>(NB) * vector_floats<T>(a.cols) * sizeof(float);
-    auto k = matvec1_kernel<T, RW, MB, NB>;
-    static int sized = 0;  // the largest dynamic shared memory set so far for this instantiation
-    if (static_cast<int>(smem) > sized && smem > kDefaultDynSmemBytes) {
-        LOOM_GPU_CHECK(gpuFuncSetMaxDynamicSmem(k, static_cast<int>(smem)));
-        sized = static_cast<int>(smem);
+// Blocks of `threads` threads and `smem` bytes of dynamic shared memory that the device holds at
+// once for kernel k: the occupancy calculator's blocks an SM (CUDA) times the SM count; `mb`
+// (the kernel's __launch_bounds__ minimum) an SM elsewhere (HIP, the emulator). Cached for
+// the last four (kernel, smem) pairs asked.
+template <class Kernel>
+int resident_blocks(Kernel k, int threads, size_t smem, int mb) {
+    struct Entry {
+        const void* k;
+        size_t smem;
+        int n;
+    };
+    static Entry cache[4] = {};
+    static int next = 0;
+    const void* key = reinterpret_cast<const void*>(k);
+    for (const Entry& e : cache)
+        if (e.k == key && e.smem == smem) return e.n;
+    int per_sm = mb;
+#if defined(LOOM_GPU_CUDA)
+    int v = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, k, threads, smem) == cudaSuccess && v > 0) per_sm = v;
+#else
+    (void)threads;
+#endif
+    const int n = per_sm * qgemm_sm_count();
+    cache[next] = Entry{key, smem, n};
+    next = (next + 1) % 4;
+    return n;
+}
+
+// Launches instantiation k on `blocks` blocks of `smem` bytes, raising its shared-memory limit
+// first where needed.
+template <class Kernel>
+void launch_k(Kernel k, int64_t blocks, size_t smem, const MatvecArgs& a, gpuStream_t s) {
+    static std::pair<const void*, size_t> sized[8] = {};  // the largest limit set so far, per kernel
+    if (smem > kDefaultDynSmemBytes) {
+        const void* key = reinterpret_cast<const void*>(k);
+        int i = 0;
+        while (i < 7 && sized[i].first && sized[i].first != key) ++i;
+        if (sized[i].first != key || sized[i].second < smem) {
+            LOOM_GPU_CHECK(gpuFuncSetMaxDynamicSmem(k, static_cast<int>(smem)));
+            sized[i] = {key, smem};
+        }
     }
-    LOOM_LAUNCH(k, blocks, kM1Threads, smem, s, a);
+    LOOM_LAUNCH(k, static_cast<unsigned>(blocks), kM1Threads, smem, s, a);
     LOOM_GPU_CHECK_LAUNCH();
 }
 
-// The launch shape: 2 rows a warp, and blocks an SM asked of the register allocator: 3 for
-// Q4_K and Q8_0 (80 registers, at most 20 bytes spilled), 2 for Q6_K (128 registers, none
-// spilled). On an H100 (2026-12-06, the 8B Q4_K_M step) these beat 2 rows and 2 blocks for
-// every type (4.155 against 3.883 ms), 2 and 3 for every type (3.937), and 4 rows a warp with 1
-// or 2 blocks (4.406, 4.503).
+// The launch shape: 2 rows a warp. A matrix whose row groups the device holds at once takes one
+// round on blocks of the MB1 instantiation (3 blocks an SM asked of the register allocator for
+// Q4_K and Q8_0: 80 registers, a few bytes spilled; 2 for Q6_K: 128 registers, none spilled),
+// one group a warp; a larger one loops on the 2-block instantiation, with the fewest blocks that
+// take the same number of rounds, so that the warps' shares differ by one group at most. On an
+// H100 (2026-12-06, the 8B Q4_K_M step) 2 rows and 3 blocks beat 2 rows and 2 blocks for every
+// type (4.155 against 3.883 ms), 2 and 3 for every type (3.937), and 4 rows a warp with 1 or 2
+// blocks (4.406, 4.503), all on one round.
 template <uint32_t T>
 void matvec1_t(const MatvecArgs& a, gpuStream_t s) {
-    if constexpr (T == kQ6_K) launch_matvec1<T, 2, 2, 1>(a, s);
-    else launch_matvec1<T, 2, 3, 1>(a, s);
+    constexpr int RW = 2, MB1 = T == kQ6_K ? 2 : 3;
+    const int per_warp = a.mode == MvMode::SwiGLU ? RW / 2 : RW;
+    const int64_t groups = (matvec_units(a) + per_warp - 1) / per_warp;
+    const size_t smem = static_cast<size_t>(vector_floats<T>(a.cols)) * sizeof(float);
+    auto one = matvec1_kernel<T, RW, MB1, 1, false>;
+    const int64_t res1 =
+        int64_t{a.max_blocks > 0 ? a.max_blocks : resident_blocks(one, kM1Threads, smem, MB1)} * kM1Warps;
+    if (groups <= res1) return launch_k(one, (groups + kM1Warps - 1) / kM1Warps, smem, a, s);
+    auto loop = matvec1_kernel<T, RW, 2, 1, true>;
+    const int64_t res2 =
+        int64_t{a.max_blocks > 0 ? a.max_blocks : resident_blocks(loop, kM1Threads, smem, 2)} * kM1Warps;
+    const int64_t rounds = (groups + res2 - 1) / res2;
+    launch_k(loop, (groups + rounds * kM1Warps - 1) / (rounds * kM1Warps), smem, a, s);
 }
 
 }  // namespace

@@ -100,6 +100,9 @@ struct MatvecArgs {
     /// instead of the batched one, unless fixed_tiling (the engine's default; off with
     /// --no-matvec-single).
     bool single = false;
+    /// The single-vector kernel's grid: at most this many blocks, whose warps then loop over the
+    /// row groups (0: as many as the device holds at once; tests set a few to run the loop).
+    int max_blocks = 0;
     /// What the epilogue does with each segment's rows instead of a plain store: 0 store, 1
     /// rotate by RoPE (adjacent pairs) and store (q), 2 rotate and write to the K cache, 3 write
     /// to the V cache, at rows[b]'s position through its block table (as rope_store does).
