@@ -31,7 +31,6 @@
 // Sources: the GGUF block layouts (ggml-common.h; k_dot.cuh's codecs); CUDA C++ Programming
 // Guide, "Shared Memory" (bank conflicts of 128-bit accesses, served a quarter warp at a time)
 // and "Warp Shuffle Functions"; RMSNorm (Zhang and Sennrich 2019) as rmsnorm() computes it.
-#include <cstdlib>
 #include <string>
 #include <utility>
 
