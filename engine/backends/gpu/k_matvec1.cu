@@ -31,8 +31,8 @@
 // Sources: the GGUF block layouts (ggml-common.h; k_dot.cuh's codecs); CUDA C++ Programming
 // Guide, "Shared Memory" (bank conflicts of 128-bit accesses, served a quarter warp at a time)
 // and "Warp Shuffle Functions"; RMSNorm (Zhang and Sennrich 2019) as rmsnorm() computes it.
+#include <map>
 #include <string>
-#include <utility>
 
 #include "engine/backends/gpu/k_common.cuh"
 #include "engine/backends/gpu/k_dot.cuh"
@@ -284,56 +284,46 @@ __global__ void __launch_bounds__(kM1Threads, MB) matvec1_kernel(MatvecArgs a) {
     }
 }
 
-// Blocks of `threads` threads and `smem` bytes of dynamic shared memory that the device holds at
-// once for kernel k: the occupancy calculator's blocks an SM (CUDA) times the SM count; `mb`
-// (the kernel's __launch_bounds__ minimum) an SM elsewhere (HIP, the emulator). Cached for
-// the last four (kernel, smem) pairs asked.
-template <class Kernel>
-int resident_blocks(Kernel k, int threads, size_t smem, int mb) {
-    struct Entry {
-        const void* k;
-        size_t smem;
-        int n;
-    };
-    static Entry cache[4] = {};
-    static int next = 0;
-    const void* key = reinterpret_cast<const void*>(k);
-    for (const Entry& e : cache)
-        if (e.k == key && e.smem == smem) return e.n;
-    int per_sm = mb;
-#if defined(LOOM_GPU_CUDA)
-    int v = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, k, threads, smem) == cudaSuccess && v > 0) per_sm = v;
-#else
-    (void)threads;
-#endif
-    const int n = per_sm * qgemm_sm_count();
-    cache[next] = Entry{key, smem, n};
-    next = (next + 1) % 4;
-    return n;
+// Raises kernel K's dynamic shared memory limit to `smem` where that is above the default and
+// above what was set before (the staged activations grow with the columns). Throws GpuError
+// when the runtime refuses.
+template <auto K>
+void raise_smem(size_t smem) {
+    static size_t limit = kDefaultDynSmemBytes;
+    if (smem <= limit) return;
+    LOOM_GPU_CHECK(gpuFuncSetMaxDynamicSmem(K, static_cast<int>(smem)));
+    limit = smem;
 }
 
-// Launches instantiation k on `blocks` blocks of `smem` bytes, raising its shared-memory limit
-// first where needed.
-template <class Kernel>
-void launch_k(Kernel k, int64_t blocks, size_t smem, const MatvecArgs& a, gpuStream_t s) {
-    static std::pair<const void*, size_t> sized[8] = {};  // the largest limit set so far, per kernel
-    if (smem > kDefaultDynSmemBytes) {
-        const void* key = reinterpret_cast<const void*>(k);
-        int i = 0;
-        while (i < 7 && sized[i].first && sized[i].first != key) ++i;
-        if (sized[i].first != key || sized[i].second < smem) {
-            LOOM_GPU_CHECK(gpuFuncSetMaxDynamicSmem(k, static_cast<int>(smem)));
-            sized[i] = {key, smem};
-        }
-    }
-    LOOM_LAUNCH(k, static_cast<unsigned>(blocks), kM1Threads, smem, s, a);
+// Warps of kernel K with `smem` bytes of dynamic shared memory a block that the device holds at
+// once: the occupancy calculator's blocks an SM (CUDA; K's limit raised first, as it counts
+// it) times the SM count and kM1Warps; `mb` (K's __launch_bounds__ minimum) blocks an SM
+// elsewhere (HIP, the emulator). Remembered per size.
+template <auto K>
+int64_t resident_warps(size_t smem, int mb) {
+    static std::map<size_t, int64_t> known;
+    const auto it = known.find(smem);
+    if (it != known.end()) return it->second;
+    int per_sm = mb;
+#if defined(LOOM_GPU_CUDA)
+    raise_smem<K>(smem);
+    int v = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, K, kM1Threads, smem) == cudaSuccess && v > 0) per_sm = v;
+#endif
+    return known[smem] = int64_t{per_sm} * qgemm_sm_count() * kM1Warps;
+}
+
+// Launches K on `blocks` blocks of `smem` bytes.
+template <auto K>
+void launch_k(int64_t blocks, size_t smem, const MatvecArgs& a, gpuStream_t s) {
+    raise_smem<K>(smem);
+    LOOM_LAUNCH(K, static_cast<unsigned>(blocks), kM1Threads, smem, s, a);
     LOOM_GPU_CHECK_LAUNCH();
 }
 
 // The launch shape: 2 rows a warp. A matrix whose row groups the device holds at once takes one
 // round on blocks of the MB1 instantiation (3 blocks an SM asked of the register allocator for
-// Q4_K and Q8_0: 80 registers, a few bytes spilled; 2 for Q6_K: 128 registers, none spilled),
+// Q4_K and Q8_0: 80 registers; 2 for Q6_K: 128 registers; none spilled with nvcc 13.0),
 // one group a warp; a larger one loops on the 2-block instantiation, with the fewest blocks that
 // take the same number of rounds, so that the warps' shares differ by one group at most. On an
 // H100 (2026-12-06, the 8B Q4_K_M step) 2 rows and 3 blocks beat 2 rows and 2 blocks for every
@@ -342,18 +332,17 @@ void launch_k(Kernel k, int64_t blocks, size_t smem, const MatvecArgs& a, gpuStr
 template <uint32_t T>
 void matvec1_t(const MatvecArgs& a, gpuStream_t s) {
     constexpr int RW = 2, MB1 = T == kQ6_K ? 2 : 3;
+    constexpr auto kOne = matvec1_kernel<T, RW, MB1, 1, false>;
+    constexpr auto kLoop = matvec1_kernel<T, RW, 2, 1, true>;
     const int per_warp = a.mode == MvMode::SwiGLU ? RW / 2 : RW;
     const int64_t groups = (matvec_units(a) + per_warp - 1) / per_warp;
     const size_t smem = static_cast<size_t>(vector_floats<T>(a.cols)) * sizeof(float);
-    auto one = matvec1_kernel<T, RW, MB1, 1, false>;
-    const int64_t res1 =
-        int64_t{a.max_blocks > 0 ? a.max_blocks : resident_blocks(one, kM1Threads, smem, MB1)} * kM1Warps;
-    if (groups <= res1) return launch_k(one, (groups + kM1Warps - 1) / kM1Warps, smem, a, s);
-    auto loop = matvec1_kernel<T, RW, 2, 1, true>;
-    const int64_t res2 =
-        int64_t{a.max_blocks > 0 ? a.max_blocks : resident_blocks(loop, kM1Threads, smem, 2)} * kM1Warps;
-    const int64_t rounds = (groups + res2 - 1) / res2;
-    launch_k(loop, (groups + rounds * kM1Warps - 1) / (rounds * kM1Warps), smem, a, s);
+    const int64_t forced = int64_t{a.max_blocks} * kM1Warps;
+    if (groups <= (forced > 0 ? forced : resident_warps<kOne>(smem, MB1)))
+        return launch_k<kOne>((groups + kM1Warps - 1) / kM1Warps, smem, a, s);
+    const int64_t res = forced > 0 ? forced : resident_warps<kLoop>(smem, 2);
+    const int64_t rounds = (groups + res - 1) / res;
+    launch_k<kLoop>((groups + rounds * kM1Warps - 1) / (rounds * kM1Warps), smem, a, s);
 }
 
 }  // namespace
