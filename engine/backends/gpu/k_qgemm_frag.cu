@@ -3,7 +3,11 @@
 // copy of the weights. Each warp owns 16 weight rows; lane (g, t) = (lane / 4, lane % 4) loads,
 // per 256-column block of rows g and g + 8, the bytes of two 32-column groups of the block (its
 // "first" and "second" group) and decodes them straight into the A fragments of mma.sync
-// m16n8k16:
+// m16n8k16, which are also a warp's share of the register A operand of Hopper's wgmma
+// m64nNk16 (k_wgmma.cuh): the default kernel multiplies each warpgroup's 64 rows with all the
+// block's activation rows in one wgmma a K step, asynchronously, decoding the next steps
+// meanwhile (against mma.sync with ldmatrix B fragments: 64-row steps 0.88 of the time on an
+// H100, docs/benchmarks.md); the exact kernel keeps mma.sync. The codecs:
 //  - Q4_K (Q4Frag): the 16-byte header and the 32 quant bytes of sub-blocks 2t and 2t + 1 (bytes
 //    32t.. of the block's 128). A nibble pair becomes an F16 pair through
 //    (q & 0x000F000F) | 0x64006400 = 1024 + q (0x5400..: 64 + q for high nibbles), then one
@@ -34,8 +38,9 @@
 // (0..15) of a block, A slot j (the pair of columns 2j, 2j + 1 of the step) holds pair s of the
 // first group of lane j (j < 4) or the second group of lane j - 4 (j >= 4), that is columns
 // 32 G(j) + 2s, + 1 with G the codec's group order (Q4_K: sub-block 2j or 2(j - 4) + 1). The
-// activations are written to shared memory in the same order (16-byte stores of four pairs), and
-// read back by ldmatrix as B fragments, so the permutation costs nothing in the products. The
+// activations are written to shared memory in the same order (16-byte stores of four pairs: the
+// wgmma core-matrix layout, or rows for the exact kernel's ldmatrix B fragments), so the
+// permutation costs nothing in the products. The
 // next block's activations arrive meanwhile by cp.async in column order in a staging area, and
 // each thread permutes the pieces it copied at the start of the block (against loads into
 // registers a block ahead: 0.979-0.994 of the default step at 4-64 rows, 18-26 fewer
@@ -56,6 +61,7 @@
 #include <algorithm>
 
 #include "engine/backends/gpu/k_qgemm.cuh"
+#include "engine/backends/gpu/k_wgmma.cuh"
 
 namespace loom::gpu::qg {
 
@@ -63,11 +69,13 @@ namespace loom::gpu::qg {
 
 namespace {
 
-constexpr int kQ4K = 256;              // columns a tile: one Q4_K or Q6_K block
-constexpr int kQ4Ld = kQ4K + 8;        // activation row stride in halves (528 bytes: the eight rows an
-                                       // ldmatrix phase reads fall in distinct banks)
-constexpr int kStLd = kQ4K + 32;       // staging row stride in halves (576 bytes: the two rows a
-                                       // quarter warp's 16-byte loads read fall in distinct banks)
+constexpr int kQ4K = 256;         // columns a tile: one Q4_K or Q6_K block
+constexpr int kQ4Ld = kQ4K + 8;   // activation row stride in halves (528 bytes: the eight rows an
+                                  // ldmatrix phase reads fall in distinct banks)
+constexpr int kStLd = kQ4K + 32;  // staging row stride in halves (576 bytes: the two rows a
+                                  // quarter warp's 16-byte loads read fall in distinct banks)
+// K steps a wgmma commit group, and groups left in flight while the next is decoded.
+constexpr int kWgSteps = 1, kWgInFlight = 1;
 constexpr uint32_t kLo = 0x64006400u;  // (1024, 1024)
 constexpr uint32_t kHi = 0x54005400u;  // (64, 64)
 
@@ -341,6 +349,7 @@ __global__ void __launch_bounds__(kQgThreads, (X ? NT <= 2 && F::kTwoBlocks : F:
     constexpr int MT = 8 * NT;
     constexpr int kParts = X ? 2 : 1;  // activation parts staged: high (and low)
     static_assert(MT * 4 * kParts <= kQgThreads && NT % 2 == 0, "one activation task a thread");
+    constexpr bool WG = !X;  // products on wgmma (the exact kernel's on mma.sync)
     // [kParts][MT][kQ4Ld]: one block of activations (each part), F16, permuted K order; then
     // [kParts][MT][kStLd]: the next block's, as cp.async copies them (column order).
     LOOM_DYN_SMEM(uint16_t, sx);
@@ -391,30 +400,50 @@ __global__ void __launch_bounds__(kQgThreads, (X ? NT <= 2 && F::kTwoBlocks : F:
 #pragma unroll
         for (int u = 0; u < 4; ++u) {  // step s = 4 xq + u: slot j from group F::group(j)
             const int s = 4 * xq + u;
-            st_shared16(row + 16 * s, uint4{word(xr[F::group(0)], u), word(xr[F::group(1)], u),
-                                            word(xr[F::group(2)], u), word(xr[F::group(3)], u)});
-            st_shared16(row + 16 * s + 8, uint4{word(xr[F::group(4)], u), word(xr[F::group(5)], u),
-                                                word(xr[F::group(6)], u), word(xr[F::group(7)], u)});
+            // Slots 0-3 (columns 16s..16s + 7 of the permuted order) and 4-7: row-major for
+            // ldmatrix, or two core matrices for wgmma.
+            uint16_t* p0 = WG ? sx + WgLayout<MT>::at(xm, 16 * s) : row + 16 * s;
+            uint16_t* p1 = WG ? p0 + WgLayout<MT>::kChunk : p0 + 8;
+            st_shared16(p0, uint4{word(xr[F::group(0)], u), word(xr[F::group(1)], u), word(xr[F::group(2)], u),
+                                  word(xr[F::group(3)], u)});
+            st_shared16(p1, uint4{word(xr[F::group(4)], u), word(xr[F::group(5)], u), word(xr[F::group(6)], u),
+                                  word(xr[F::group(7)], u)});
         }
+        if constexpr (WG) fence_proxy_async();  // the stores, before the barrier, for wgmma
     };
 
     float acc[NT][4];
 #pragma unroll
     for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    // wgmma: the warpgroup's 64 weight rows against all MT activation rows a K step, issued
+    // asynchronously in groups of kWgSteps steps; the next group's A fragments are decoded while
+    // kWgInFlight groups run. The tile's last group is waited for before the closing barrier.
+    const uint64_t desc = WG ? wg_desc<MT>(sx) : 0;
+    auto fence_acc = [&]() {  // acc is read or written only after the waits before this
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[i][e])::"memory");
+#endif
+    };
     auto compute = [&](const Raw(&r)[2]) {
         const typename F::Scales k0 = F::scales(r[0], t), k1 = F::scales(r[1], t);
 #pragma unroll
-        for (int s = 0; s < 16; ++s) {
-            uint32_t af[4];  // rows g, g + 8; slots t (af[0], af[1]) and t + 4 (af[2], af[3])
-            F::pairs(r[0], k0, s, af[0], af[2]);
-            F::pairs(r[1], k1, s, af[1], af[3]);
+        for (int s0 = 0; s0 < 16; s0 += kWgSteps) {
+            uint32_t af[kWgSteps][4];  // rows g, g + 8; slots t ([0], [1]) and t + 4 ([2], [3])
 #pragma unroll
-            for (int n2 = 0; n2 < NT / 2; ++n2) {
-                uint32_t bf[4];
-                frag_b2<kQ4Ld>(sx + n2 * 16 * kQ4Ld + 16 * s, bf);
-                mma16816(acc[2 * n2], af, bf[0], bf[1]);
-                mma16816(acc[2 * n2 + 1], af, bf[2], bf[3]);
+            for (int u = 0; u < kWgSteps; ++u) {
+                F::pairs(r[0], k0, s0 + u, af[u][0], af[u][2]);
+                F::pairs(r[1], k1, s0 + u, af[u][1], af[u][3]);
             }
+            wg_fence();
+#pragma unroll
+            for (int u = 0; u < kWgSteps; ++u)
+                wgmma_f16<NT>(acc, af[u], desc + static_cast<uint64_t>((s0 + u) * (MT * 32 >> 4)),
+                              sx + 16 * (s0 + u) * MT);
+            wg_commit();
+            wg_wait<kWgInFlight>();
         }
     };
     // The exact kernel's block it: sum over the block of v (xh + xl) for the integer weights v
@@ -490,6 +519,10 @@ __global__ void __launch_bounds__(kQgThreads, (X ? NT <= 2 && F::kTwoBlocks : F:
         }
         if constexpr (X) compute_exact(cur, it);
         else compute(cur);
+        if constexpr (WG) {  // the tile's products read sx: done before the next tile stores it
+            wg_wait<0>();
+            fence_acc();
+        }
         __syncthreads();
     };
 

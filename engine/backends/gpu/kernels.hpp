@@ -153,7 +153,8 @@ struct QgLow {
 /// w[n][k] for m < M, n < w.rows, k < w.cols, with w in F16, BF16, Q8_0, Q4_K or Q6_K (device
 /// layout, dequantized in registers; no F16 copy of w is made), x in F16 (x16, when not null) or
 /// F32 (x32), leading dimension ldx elements, and y F32 with leading dimension ldy. Products run
-/// on mma.sync m16n8k16 (F16 operands, F32 sums). Where qgemm_splits(w, M, kernel) > 1, the
+/// on mma.sync m16n8k16, or for the fragment kernel's default form on wgmma m64nNk16 (sm_90a;
+/// F16 operands, F32 sums either way). Where qgemm_splits(w, M, kernel) > 1, the
 /// K range is split and `part` (qgemm_partial_floats(w, M) floats, device memory) holds the partial
 /// sums, added in split order by a second kernel: results do not depend on timing. Throws
 /// GpuError when !qgemm_available() or w's type or cols (a multiple of 8) is not supported.
