@@ -70,9 +70,9 @@ struct GpuOptions {
     /// Steps of more than matvec_rows and at most this many rows run their BF16 and quantized
     /// matrices through the tensor-core decode GEMM (kernels.hpp qgemm: dequantized in
     /// registers, no F16 copy of the weights); larger steps dequantize to F16 for the prefill
-    /// GEMM. -1 (the default) in CUDA builds: 192 rows for Q4_K and Q6_K matrices on the
-    /// fragment kernels (H100, 8B Q4_K_M: 128-row steps 14.2 against 20.3 ms dequantized, 256
-    /// rows 25.0 against 23.2; docs/benchmarks.md), 64 for the tile kernel's types (BF16, Q8_0;
+    /// GEMM. -1 (the default) in CUDA builds: 256 rows for Q4_K and Q6_K matrices on the
+    /// fragment kernels (H100, 8B Q4_K_M, their products on wgmma: 256-row steps 22.7 against
+    /// 23.2 ms dequantized, 128 rows 12.7 against 20.3; docs/benchmarks.md), 64 for the tile kernel's types (BF16, Q8_0;
     /// from 128 rows dequantize + cuBLAS was faster on the H200), for decode_gemm_tiled and for
     /// the exact kernel (split_products); 0 (off) in the emulator, where it is checked on
     /// request, and in HIP builds, which do not have the kernel. A value given applies to every

@@ -64,7 +64,7 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
 #if defined(LOOM_GPU_CUDA)
     // Above these, dequantize + cuBLAS was faster (docs/benchmarks.md): the fragment kernels
     // (Q4_K, Q6_K) and the others (the tile and exact kernels).
-    constexpr int kFragGemmRows = 192, kTileGemmRows = 64;
+    constexpr int kFragGemmRows = 256, kTileGemmRows = 64;
 #else
     // The emulator takes the decode GEMM on request only, and HIP has no such kernel.
     constexpr int kFragGemmRows = 0, kTileGemmRows = 0;

@@ -74,8 +74,10 @@ constexpr int kQ4Ld = kQ4K + 8;   // activation row stride in halves (528 bytes:
                                   // ldmatrix phase reads fall in distinct banks)
 constexpr int kStLd = kQ4K + 32;  // staging row stride in halves (576 bytes: the two rows a
                                   // quarter warp's 16-byte loads read fall in distinct banks)
-// K steps a wgmma commit group, and groups left in flight while the next is decoded.
-constexpr int kWgSteps = 1, kWgInFlight = 1;
+// K steps a wgmma commit group, and groups left in flight while the next is decoded. Four steps
+// a group: 64 / 128-row steps 0.95 / 0.94 of one step a group (two steps 0.95 / 0.95; one step
+// with three groups in flight 1.01 / 1.02; H100, 8B Q4_K_M, docs/benchmarks.md).
+constexpr int kWgSteps = 4, kWgInFlight = 1;
 constexpr uint32_t kLo = 0x64006400u;  // (1024, 1024)
 constexpr uint32_t kHi = 0x54005400u;  // (64, 64)
 
@@ -349,7 +351,9 @@ __global__ void __launch_bounds__(kQgThreads, (X ? NT <= 2 && F::kTwoBlocks : F:
     constexpr int MT = 8 * NT;
     constexpr int kParts = X ? 2 : 1;  // activation parts staged: high (and low)
     static_assert(MT * 4 * kParts <= kQgThreads && NT % 2 == 0, "one activation task a thread");
-    constexpr bool WG = !X;  // products on wgmma (the exact kernel's on mma.sync)
+    // Products on wgmma from 4 tiles up; the exact kernel and 2-tile blocks on mma.sync (8-16
+    // row steps 1.01-1.02 times longer on wgmma; H100, docs/benchmarks.md).
+    constexpr bool WG = !X && NT >= 4;
     // [kParts][MT][kQ4Ld]: one block of activations (each part), F16, permuted K order; then
     // [kParts][MT][kStLd]: the next block's, as cp.async copies them (column order).
     LOOM_DYN_SMEM(uint16_t, sx);
@@ -418,7 +422,6 @@ __global__ void __launch_bounds__(kQgThreads, (X ? NT <= 2 && F::kTwoBlocks : F:
     // wgmma: the warpgroup's 64 weight rows against all MT activation rows a K step, issued
     // asynchronously in groups of kWgSteps steps; the next group's A fragments are decoded while
     // kWgInFlight groups run. The tile's last group is waited for before the closing barrier.
-    const uint64_t desc = WG ? wg_desc<MT>(sx) : 0;
     auto fence_acc = [&]() {  // acc is read or written only after the waits before this
 #if defined(__CUDA_ARCH__)
 #pragma unroll
@@ -429,21 +432,38 @@ __global__ void __launch_bounds__(kQgThreads, (X ? NT <= 2 && F::kTwoBlocks : F:
     };
     auto compute = [&](const Raw(&r)[2]) {
         const typename F::Scales k0 = F::scales(r[0], t), k1 = F::scales(r[1], t);
+        if constexpr (!WG) {
 #pragma unroll
-        for (int s0 = 0; s0 < 16; s0 += kWgSteps) {
-            uint32_t af[kWgSteps][4];  // rows g, g + 8; slots t ([0], [1]) and t + 4 ([2], [3])
+            for (int s = 0; s < 16; ++s) {
+                uint32_t af[4];  // rows g, g + 8; slots t (af[0], af[1]) and t + 4 (af[2], af[3])
+                F::pairs(r[0], k0, s, af[0], af[2]);
+                F::pairs(r[1], k1, s, af[1], af[3]);
 #pragma unroll
-            for (int u = 0; u < kWgSteps; ++u) {
-                F::pairs(r[0], k0, s0 + u, af[u][0], af[u][2]);
-                F::pairs(r[1], k1, s0 + u, af[u][1], af[u][3]);
+                for (int n2 = 0; n2 < NT / 2; ++n2) {
+                    uint32_t bf[4];
+                    frag_b2<kQ4Ld>(sx + n2 * 16 * kQ4Ld + 16 * s, bf);
+                    mma16816(acc[2 * n2], af, bf[0], bf[1]);
+                    mma16816(acc[2 * n2 + 1], af, bf[2], bf[3]);
+                }
             }
-            wg_fence();
+        } else {
+            const uint64_t desc = wg_desc<MT>(sx);
 #pragma unroll
-            for (int u = 0; u < kWgSteps; ++u)
-                wgmma_f16<NT>(acc, af[u], desc + static_cast<uint64_t>((s0 + u) * (MT * 32 >> 4)),
-                              sx + 16 * (s0 + u) * MT);
-            wg_commit();
-            wg_wait<kWgInFlight>();
+            for (int s0 = 0; s0 < 16; s0 += kWgSteps) {
+                uint32_t af[kWgSteps][4];  // rows g, g + 8; slots t ([0], [1]) and t + 4 ([2], [3])
+#pragma unroll
+                for (int u = 0; u < kWgSteps; ++u) {
+                    F::pairs(r[0], k0, s0 + u, af[u][0], af[u][2]);
+                    F::pairs(r[1], k1, s0 + u, af[u][1], af[u][3]);
+                }
+                wg_fence();
+#pragma unroll
+                for (int u = 0; u < kWgSteps; ++u)
+                    wgmma_f16<NT>(acc, af[u], desc + static_cast<uint64_t>((s0 + u) * (MT * 32 >> 4)),
+                                  sx + 16 * (s0 + u) * MT);
+                wg_commit();
+                wg_wait<kWgInFlight>();
+            }
         }
     };
     // The exact kernel's block it: sum over the block of v (xh + xl) for the integer weights v

@@ -69,7 +69,7 @@ const char* kUsage = LOOM_ENGINE_NAME
     "  --decode-gemm-rows N   steps of more rows than --matvec-rows and at most N run BF16 and\n"
     "                         quantized matrices through the tensor-core decode GEMM, which\n"
     "                         dequantizes in registers; larger steps dequantize to F16 for cuBLAS\n"
-    "                         (default in CUDA builds: 192 for Q4_K and Q6_K on its fragment\n"
+    "                         (default in CUDA builds: 256 for Q4_K and Q6_K on its fragment\n"
     "                         kernels, 64 for the others, --decode-gemm-tiled and --split-products;\n"
     "                         N given applies to all; 0, off, in the emulator; HIP: 0 only; with\n"
     "                         --split-products only Q4_K and Q6_K, through its exact kernel)\n"
