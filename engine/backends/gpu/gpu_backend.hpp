@@ -72,11 +72,11 @@ struct GpuOptions {
     /// registers, no F16 copy of the weights); larger steps dequantize to F16 for the prefill
     /// GEMM. -1 (the default) in CUDA builds: 256 rows for Q4_K and Q6_K matrices on the
     /// fragment kernels (H100, 8B Q4_K_M, their products on wgmma: 256-row steps 22.7 against
-    /// 23.2 ms dequantized, 128 rows 12.7 against 20.3; docs/benchmarks.md), 64 for the tile kernel's types (BF16, Q8_0;
-    /// from 128 rows dequantize + cuBLAS was faster on the H200), for decode_gemm_tiled and for
-    /// the exact kernel (split_products); 0 (off) in the emulator, where it is checked on
-    /// request, and in HIP builds, which do not have the kernel. A value given applies to every
-    /// kernel. With split_products only Q4_K and Q6_K matrices take it (its exact kernel), and
+    /// 23.2 ms dequantized, 192 rows 18.8 either way; docs/benchmarks.md), 64 for the tile
+    /// kernel's types (BF16, Q8_0; from 128 rows dequantize + cuBLAS was faster on the H200),
+    /// for decode_gemm_tiled and for the exact kernel (split_products); 0 (off) in the
+    /// emulator, where it is checked on request, and in HIP builds, which do not have the
+    /// kernel. A value given applies to every kernel. With split_products only Q4_K and Q6_K matrices take it (its exact kernel), and
     /// the default matvec_rows is 8 for other types.
     int decode_gemm_rows = -1;
     /// F16 matrices through the decode GEMM too (default: cuBLAS reads them as they are).

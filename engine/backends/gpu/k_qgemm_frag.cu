@@ -4,10 +4,11 @@
 // per 256-column block of rows g and g + 8, the bytes of two 32-column groups of the block (its
 // "first" and "second" group) and decodes them straight into the A fragments of mma.sync
 // m16n8k16, which are also a warp's share of the register A operand of Hopper's wgmma
-// m64nNk16 (k_wgmma.cuh): the default kernel multiplies each warpgroup's 64 rows with all the
-// block's activation rows in one wgmma a K step, asynchronously, decoding the next steps
-// meanwhile (against mma.sync with ldmatrix B fragments: 64-row steps 0.88 of the time on an
-// H100, docs/benchmarks.md); the exact kernel keeps mma.sync. The codecs:
+// m64nNk16 (k_wgmma.cuh): from 17 activation rows the kernel multiplies each warpgroup's 64
+// rows with all the block's activation rows in one wgmma a K step, asynchronously, decoding the
+// next steps meanwhile (against mma.sync with ldmatrix B fragments: 64 / 128-row steps 0.86 /
+// 0.84 of the time on an H100, docs/benchmarks.md); smaller blocks and the exact kernel keep
+// mma.sync. The codecs:
 //  - Q4_K (Q4Frag): the 16-byte header and the 32 quant bytes of sub-blocks 2t and 2t + 1 (bytes
 //    32t.. of the block's 128). A nibble pair becomes an F16 pair through
 //    (q & 0x000F000F) | 0x64006400 = 1024 + q (0x5400..: 64 + q for high nibbles), then one

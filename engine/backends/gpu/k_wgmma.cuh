@@ -93,14 +93,7 @@ LOOM_DEV void wgmma_f16(float (&c)[NT][4], const uint32_t (&a)[4], uint64_t desc
     }
 #elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
     (void)s;
-    if constexpr (NT == 2) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, "
-            "1, 1, 0;\n}\n"
-            : LOOM_WG_F4(0), LOOM_WG_F4(1)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
-    } else if constexpr (NT == 4) {
+    if constexpr (NT == 4) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,"
@@ -115,7 +108,7 @@ LOOM_DEV void wgmma_f16(float (&c)[NT][4], const uint32_t (&a)[4], uint64_t desc
             : LOOM_WG_F4(0), LOOM_WG_F4(1), LOOM_WG_F4(2), LOOM_WG_F4(3), LOOM_WG_F4(4), LOOM_WG_F4(5)
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
     } else {
-        static_assert(NT == 8, "wgmma_f16: 2, 4, 6 or 8 activation tiles");
+        static_assert(NT == 8, "wgmma_f16: 4, 6 or 8 activation tiles");
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,"
