@@ -6,8 +6,8 @@
 // m16n8k16, which are also a warp's share of the register A operand of Hopper's wgmma
 // m64nNk16 (k_wgmma.cuh): from 17 activation rows the kernel multiplies each warpgroup's 64
 // rows with all the block's activation rows in one wgmma a K step, asynchronously, decoding the
-// next steps meanwhile (against mma.sync with ldmatrix B fragments: 64 / 128-row steps 0.86 /
-// 0.84 of the time on an H100, docs/benchmarks.md); smaller blocks and the exact kernel keep
+// next steps meanwhile (against mma.sync with ldmatrix B fragments: 64 / 128-row steps 0.89 /
+// 0.87 of the time on an H100, docs/benchmarks.md); smaller blocks and the exact kernel keep
 // mma.sync. The codecs:
 //  - Q4_K (Q4Frag): the 16-byte header and the 32 quant bytes of sub-blocks 2t and 2t + 1 (bytes
 //    32t.. of the block's 128). A nibble pair becomes an F16 pair through
@@ -76,8 +76,9 @@ constexpr int kQ4Ld = kQ4K + 8;   // activation row stride in halves (528 bytes:
 constexpr int kStLd = kQ4K + 32;  // staging row stride in halves (576 bytes: the two rows a
                                   // quarter warp's 16-byte loads read fall in distinct banks)
 // K steps a wgmma commit group, and groups left in flight while the next is decoded. Four steps
-// a group: 64 / 128-row steps 0.95 / 0.94 of one step a group (two steps 0.95 / 0.95; one step
-// with three groups in flight 1.01 / 1.02; H100, 8B Q4_K_M, docs/benchmarks.md).
+// a group: 64 / 128-row steps 0.95 / 0.94 of one step a group in a trial build (two steps 0.95 /
+// 0.95; one step with three groups in flight 1.01 / 1.02), 0.98 / 0.98 as committed, whose
+// register allocation spills more (H100, 8B Q4_K_M, docs/benchmarks.md).
 constexpr int kWgSteps = 4, kWgInFlight = 1;
 constexpr uint32_t kLo = 0x64006400u;  // (1024, 1024)
 constexpr uint32_t kHi = 0x54005400u;  // (64, 64)
