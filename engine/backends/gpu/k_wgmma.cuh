@@ -72,7 +72,7 @@ LOOM_DEV void wg_wait() {
 }
 /// Makes this thread's ordinary shared-memory stores visible to wgmma (before the barrier).
 LOOM_DEV void fence_proxy_async() {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
