@@ -460,9 +460,10 @@ __global__ void __launch_bounds__(kQgThreads, (X ? NT <= 2 && F::kTwoBlocks : F:
                 }
                 wg_fence();
 #pragma unroll
-                for (int u = 0; u < kWgSteps; ++u)
-                    wgmma_f16<NT>(acc, af[u], desc + static_cast<uint64_t>((s0 + u) * (MT * 32 >> 4)),
-                                  sx + 16 * (s0 + u) * MT);
+                for (int u = 0; u < kWgSteps; ++u) {
+                    const int off = WgLayout<MT>::at(0, 16 * (s0 + u));  // the step's halves
+                    wgmma_f16<NT>(acc, af[u], desc + static_cast<uint64_t>(off * 2 >> 4), sx + off);
+                }
                 wg_commit();
                 wg_wait<kWgInFlight>();
             }

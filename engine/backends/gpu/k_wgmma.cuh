@@ -36,8 +36,8 @@ struct WgLayout {
 };
 
 // The matrix descriptor of K step 0 of the tile at s (shared memory, 16-byte aligned): LBO =
-// MT * 16 bytes, SBO = 128 bytes, no swizzle. Step s's is this plus s * (MT * 32 >> 4) in the
-// address field.
+// MT * 16 bytes, SBO = 128 bytes, no swizzle. Another step's is this plus its offset in bytes
+// (WgLayout<MT>::at(0, 16 step) halves) >> 4 in the address field.
 template <int MT>
 LOOM_DEV uint64_t wg_desc(const uint16_t* s) {
 #if defined(__CUDA_ARCH__)
