@@ -80,6 +80,12 @@ DeviceModel::DeviceModel(const engine::LlamaWeights& w) {
             DevMatrix qkv_d[3];
             d.wqkv = upload_group(qkv, qkv_d, 3);
             d.wq = qkv_d[0], d.wk = qkv_d[1], d.wv = qkv_d[2];
+            const bool qk = d.wq.type == d.wk.type && d.wq.cols == d.wk.cols && d.wq.type != kF32 &&
+                            d.wk.data == d.wq.data + d.wq.row_bytes * static_cast<size_t>(d.wq.rows);
+            if (!d.wqkv.data && qk) {
+                d.wqk = d.wq;
+                d.wqk.rows += d.wk.rows;
+            }
             d.wo = upload(L.wo);
             const engine::Matrix* gu[2] = {&L.gate, &L.up};
             DevMatrix gu_d[2];

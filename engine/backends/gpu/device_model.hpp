@@ -17,10 +17,13 @@ namespace loom::gpu {
 /// One transformer layer on the device. Vectors are F32 device pointers; absent ones are null.
 /// wq, wk, wv (and gate, up) lie back to back in one allocation; where they share a type (not
 /// F32) and a column count, wqkv (gate_up) is the one matrix of all their rows (rows of wq, then
-/// wk, then wv), so that a GEMM reads them in one product; otherwise its data is null.
+/// wk, then wv), so that a GEMM reads them in one product; otherwise its data is null. Where
+/// wqkv is null but wq and wk share a type (not F32) and a column count and lie back to back
+/// (llama.cpp's Q4_K_M: Q4_K q and k, Q6_K v in some layers), wqk is the one matrix of wq's and
+/// wk's rows; otherwise its data is null.
 struct DevLayer {
     DevMatrix wq, wk, wv, wo, gate, up, down;
-    DevMatrix wqkv, gate_up;
+    DevMatrix wqkv, wqk, gate_up;
     float* attn_norm = nullptr;
     float* ffn_norm = nullptr;
     float* bq = nullptr;

@@ -233,9 +233,17 @@ void GpuBackend::forward(int T) {
         const DevLayer& L = dm_->layers[static_cast<size_t>(l)];
         const DevMatrix* m3[3] = {&L.wq, &L.wk, &L.wv};
         float* y3[3] = {qkv_, qkv_ + nq_, qkv_ + nq_ + nkv_};
-        // One product over q | k | v where they are one matrix (DevLayer::wqkv; GEMM path).
-        const int n3 = !mv(T) && L.wqkv.data ? 1 : 3;
-        if (n3 == 1) m3[0] = &L.wqkv;
+        // One product over q | k | v where they are one matrix (DevLayer::wqkv; GEMM path), or
+        // one over q | k and one over v (DevLayer::wqk).
+        int n3 = 3;
+        if (!mv(T) && L.wqkv.data) {
+            m3[0] = &L.wqkv;
+            n3 = 1;
+        } else if (!mv(T) && L.wqk.data) {
+            m3[0] = &L.wqk, m3[1] = &L.wv;
+            y3[1] = y3[2];
+            n3 = 2;
+        }
         // RoPE and the paged K/V store fused into the QKV matvec's epilogue.
         const bool rope_fused = mv(T) && rope_fusable(L);
         static const int8_t kRoles[3] = {1, 2, 3};

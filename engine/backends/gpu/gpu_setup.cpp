@@ -222,7 +222,8 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
             for (int M = 1; M <= max_rows; ++M) pf = std::max(pf, qgemm_partial_floats(m, M));
         };
         for (const auto& L : dm_->layers)
-            for (const DevMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down, &L.wqkv, &L.gate_up})
+            for (const DevMatrix* m :
+                 {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down, &L.wqkv, &L.wqk, &L.gate_up})
                 if (m->data) need(*m);
         need(dm_->output);
         if (pf) qg_part_ = alloc<float>(pf);
