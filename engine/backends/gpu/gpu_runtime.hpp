@@ -149,6 +149,17 @@ inline void check(gpuError_t e, const char* what, const char* file, int line) {
 #endif
 #endif
 
+// A const struct kernel parameter read in place from the parameter space although its address
+// is taken (lambdas capturing it by reference, helpers taking it by const reference), instead
+// of copied into registers or local memory first (CUDA C++ Programming Guide, "__grid_constant__";
+// sm_70 and up). In the decode GEMM's fragment kernel the copy cost 40 bytes of spills a
+// thread at 64 rows (docs/benchmarks.md). Nothing elsewhere.
+#if defined(__CUDACC__) && !defined(LOOM_GPU_EMU)
+#define LOOM_GRID_CONST __grid_constant__
+#else
+#define LOOM_GRID_CONST
+#endif
+
 namespace loom::gpu {
 
 /// Threads per warp (NVIDIA) or wavefront (AMD): 32 or 64. Kernels size warp reductions by it.

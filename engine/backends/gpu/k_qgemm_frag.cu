@@ -349,7 +349,7 @@ struct Q6Frag {
 // 128 registers unspilled (4-16 row split steps 0.91-0.93 of one block on an H100).
 template <class F, int NT, bool X>
 __global__ void __launch_bounds__(kQgThreads, (X ? NT <= 2 && F::kTwoBlocks : F::kTwoBlocks) ? 2 : 1)
-    qgemm_frag_kernel(QgArgs a) {
+    qgemm_frag_kernel(const LOOM_GRID_CONST QgArgs a) {
     constexpr int MT = 8 * NT;
     constexpr int kParts = X ? 2 : 1;  // activation parts staged: high (and low)
     static_assert(MT * 4 * kParts <= kQgThreads && NT % 2 == 0, "one activation task a thread");
