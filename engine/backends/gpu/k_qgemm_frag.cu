@@ -76,9 +76,8 @@ constexpr int kQ4Ld = kQ4K + 8;   // activation row stride in halves (528 bytes:
 constexpr int kStLd = kQ4K + 32;  // staging row stride in halves (576 bytes: the two rows a
                                   // quarter warp's 16-byte loads read fall in distinct banks)
 // K steps a wgmma commit group, and groups left in flight while the next is decoded. Four steps
-// a group: 64 / 128-row steps 0.95 / 0.94 of one step a group in a trial build (two steps 0.95 /
-// 0.95; one step with three groups in flight 1.01 / 1.02), 0.98 / 0.98 as committed, whose
-// register allocation spills more (H100, 8B Q4_K_M, docs/benchmarks.md).
+// a group: 64 / 128-row steps 0.95 / 0.94 of one step a group (two steps 0.95 / 0.95; one step
+// with three groups in flight 1.01 / 1.02; H100, 8B Q4_K_M, docs/benchmarks.md).
 constexpr int kWgSteps = 4, kWgInFlight = 1;
 constexpr uint32_t kLo = 0x64006400u;  // (1024, 1024)
 constexpr uint32_t kHi = 0x54005400u;  // (64, 64)
@@ -167,9 +166,9 @@ LOOM_DEV uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v
 /// The Q4_K codec of the fragment kernel.
 struct Q4Frag {
     static constexpr int kBlockBytes = 144;
-    // Two blocks an SM at every row count: 128 registers a thread, 4 bytes spilled at 17-32 rows
-    // and 60-96 at 33-64, against 158 registers and one block (H100, 8B Q4_K_M: 64-row steps
-    // 0.975 of that; docs/benchmarks.md).
+    // Two blocks an SM at every row count: at most 128 registers a thread (nvcc 13.0: 4 bytes
+    // spilled in 64-row blocks, from 49 rows; none in smaller ones), against 158 registers and
+    // one block (H100, 8B Q4_K_M, mma.sync: 64-row steps 0.975 of that; docs/benchmarks.md).
     static constexpr bool kTwoBlocks = true;
     /// One weight row's share of a block for lane t: the block header and quant bytes 32t..32t+31.
     struct Raw {
