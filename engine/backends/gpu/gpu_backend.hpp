@@ -76,8 +76,8 @@ struct GpuOptions {
     /// kernel's types (BF16, Q8_0; from 128 rows dequantize + cuBLAS was faster on the H200),
     /// for decode_gemm_tiled and for the exact kernel (split_products); 0 (off) in the
     /// emulator, where it is checked on request, and in HIP builds, which do not have the
-    /// kernel. A value given applies to every kernel. With split_products only Q4_K and Q6_K matrices take it (its exact kernel), and
-    /// the default matvec_rows is 8 for other types.
+    /// kernel. A value given applies to every kernel. With split_products only Q4_K and Q6_K
+    /// matrices take it (its exact kernel), and the default matvec_rows is 8 for other types.
     int decode_gemm_rows = -1;
     /// F16 matrices through the decode GEMM too (default: cuBLAS reads them as they are).
     bool decode_gemm_f16 = false;
