@@ -1,5 +1,5 @@
 // The request members loom knows, per endpoint, and the check; see known_params.hpp.
-// To add a member: one line in the table (and the README's list).
+// To add a member: one line in the table (and docs/api.md's list).
 #include "gateway/known_params.hpp"
 
 #include "gateway/api_types.hpp"

@@ -2,7 +2,7 @@
 // knows for that endpoint. Unknown members get OpenAI's 400 ("Unrecognized request
 // argument supplied: NAME"); members that change nothing for loom (user, metadata,
 // ...) are accepted by name; members loom knows but cannot honour get a 400 saying
-// why. The one list of names is gateway/known_params.cpp (README, "Request
+// why. The one list of names is gateway/known_params.cpp (docs/api.md, "Request
 // parameters", documents it).
 //
 // Source: the OpenAI API reference (chat completions, completions and responses
@@ -39,7 +39,7 @@ struct KnownParam {
                               ///< Refused: why
 };
 
-/// The table (for the README and tests).
+/// The table (for docs/api.md and tests).
 const std::vector<KnownParam>& known_params();
 
 /// Throws ApiError(400) when `body` (a JSON object) has a member unknown for `set`

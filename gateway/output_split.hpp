@@ -2,7 +2,7 @@
 // TextAssembler) into its parts — content, reasoning, tool calls — so that each
 // part's logprob entries spell exactly that part's text, streamed or not.
 //
-// Rules (README, "Tool calls and reasoning"): the parser reads the parse text (a
+// Rules (docs/api.md, "Tool calls and reasoning"): the parser reads the parse text (a
 // special token that is one of its markers spelled with its vocabulary text, other
 // special tokens adding nothing); a token goes to the part its bytes fall in; a token
 // whose bytes fall in two parts is split into one entry per part, each with the

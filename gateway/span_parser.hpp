@@ -4,7 +4,7 @@
 // deciding each byte only once no later text can change the decision.
 //
 // A parser reads "parse text": the generated text with the special tokens that are
-// its markers spelled out (docs: README, "Tool calls and reasoning"). Fed the same
+// its markers spelled out (docs/api.md, "Tool calls and reasoning"). Fed the same
 // text in any number of pieces, a parser decides the same spans (the streamed and
 // the non-streamed responses agree by construction).
 #pragma once

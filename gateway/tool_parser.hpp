@@ -56,7 +56,7 @@ struct ToolParserOptions {
 
 /// A parser for `family`'s syntax (nullptr for None). Calls are recognized once their
 /// opening marker and function name are complete and their arguments have begun
-/// (README, "Tool calls and reasoning"); text that never gets there stays content.
+/// (docs/api.md, "Tool calls and reasoning"); text that never gets there stays content.
 std::unique_ptr<SpanParser> make_tool_parser(ToolFamily family, const ToolParserOptions& opts);
 
 /// A parser for output produced under a grammar constraint (tool_choice "required"

@@ -60,7 +60,7 @@ struct Options {
     uint64_t seed = 1;
 };
 
-// The --help text; the README's loom-make-model section says the same.
+// The --help text; docs/api.md's "Engine flags" section says the same.
 void usage(std::FILE* out) {
     std::fprintf(out,
                  "usage: loom-make-model --out PATH [options]\n"

@@ -1,5 +1,6 @@
 """End to end: every binary's --help exits 0, prints to stdout, and names only flags the
-README documents (and the README's loom-gateway table names every flag --help prints)."""
+reference documents (docs/api.md; the GPU engines' in docs/gpu.md), and docs/api.md's
+loom-gateway table names every flag loom-gateway's --help prints."""
 import os
 import re
 import subprocess
@@ -8,7 +9,7 @@ import unittest
 import loomtest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+API = open(os.path.join(ROOT, "docs", "api.md"), encoding="utf-8").read()
 
 
 def help_of(exe):
@@ -28,14 +29,14 @@ def flags(text):
 
 
 class Help(unittest.TestCase):
-    def check(self, exe, minimum):
+    def check(self, exe, minimum, doc=API, where="docs/api.md"):
         out = help_of(exe)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(out.stderr, "")
         got = flags(out.stdout)
         self.assertTrue(set(minimum) <= got, (exe, sorted(got)))
         for f in sorted(got):
-            self.assertIn("`" + f, README, "%s %s is not in the README" % (exe, f))
+            self.assertIn("`" + f, doc, "%s %s is not in %s" % (exe, f, where))
         return out.stdout, got
 
     def test_gateway(self):
@@ -43,8 +44,8 @@ class Help(unittest.TestCase):
         for endpoint in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models", "/tokenize", "/metrics",
                          "/health", "playground"):
             self.assertIn(endpoint, text)
-        # The README's table lists exactly the flags --help prints.
-        table = README[README.index("### `loom-gateway` flags"):]
+        # docs/api.md's table lists exactly the flags --help prints.
+        table = API[API.index("## `loom-gateway` flags"):]
         table = table[:table.index("\n\n", table.index("| flag"))]
         self.assertEqual(set(re.findall(r"^\| `(--[a-z-]+)`", table, re.M)), got)
 
