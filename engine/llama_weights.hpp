@@ -11,19 +11,9 @@
 
 #include "model/gguf/gguf.hpp"
 #include "model/gguf/hparams.hpp"
+#include "engine/tensor_bind.hpp"
 
 namespace loom::engine {
-
-/// A weight matrix [rows x cols] stored row-major in the mapped file: each of `rows`
-/// output rows holds `cols` elements of ggml type `type` in `row_bytes` bytes.
-struct Matrix {
-    uint32_t type = 0;
-    int64_t rows = 0;
-    int64_t cols = 0;
-    size_t row_bytes = 0;
-    const uint8_t* data = nullptr;
-    const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
-};
 
 /// One transformer block's weights: matrices stay in the mapped file, the small F32
 /// vectors (norms, biases) are decoded copies.
@@ -34,12 +24,6 @@ struct LayerWeights {
     std::vector<float> q_norm, k_norm;  ///< qwen3 per-head RMSNorm weights [hd] (empty otherwise)
     std::vector<float> ffn_norm;        ///< [n_embd]
     Matrix gate, up, down;              ///< [n_ff x n_embd] x2, [n_embd x n_ff]
-};
-
-/// The matrix types a backend can multiply, for LlamaWeights::bind's check.
-struct MatrixTypes {
-    std::string backend;                    ///< named in the errors, e.g. "the CPU backend"
-    bool (*supported)(uint32_t ggml_type);  ///< true for a ggml type the backend multiplies
 };
 
 /// Every weight of a llama-family model, bound to the mapped GGUF (which must outlive

@@ -19,6 +19,15 @@ int32_t optional(const GgufFile& f, const std::string& key, int32_t fallback) {
     return required(f, key);
 }
 
+// A non-negative integer key (0 when absent or 0: "none").
+int32_t count_or_zero(const GgufFile& f, const std::string& key) {
+    const GgufValue* v = f.find(key);
+    if (!v) return 0;
+    auto n = v->as_int();
+    if (!n || *n < 0 || *n > (1ll << 30)) throw ModelError(key + " must be a non-negative integer");
+    return static_cast<int32_t>(*n);
+}
+
 }  // namespace
 
 HParams HParams::from_gguf(const GgufFile& f) {
@@ -53,6 +62,14 @@ HParams HParams::from_gguf(const GgufFile& f) {
     // absent means none. Llama 3.1's "llama3" scaling is not a key but the
     // rope_freqs.weight tensor, which the backend applies.
     h.rope_scaling = f.get_string(a + "rope.scaling.type", "linear");
+    h.rope_orig_ctx = count_or_zero(f, a + "rope.scaling.original_context_length");
+    h.yarn_beta_fast = static_cast<float>(f.get_float(a + "rope.scaling.yarn_beta_fast", 32.0));
+    h.yarn_beta_slow = static_cast<float>(f.get_float(a + "rope.scaling.yarn_beta_slow", 1.0));
+    h.rope_attn_factor = static_cast<float>(f.get_float(a + "rope.scaling.attn_factor", 1.0));
+    if (!(h.yarn_beta_fast > 0) || !(h.yarn_beta_slow > 0) || !(h.rope_attn_factor > 0) ||
+        !std::isfinite(h.yarn_beta_fast) || !std::isfinite(h.yarn_beta_slow) || !std::isfinite(h.rope_attn_factor))
+        throw ModelError(a + "rope.scaling.yarn_beta_fast, yarn_beta_slow and attn_factor must be positive numbers");
+    h.sliding_window = count_or_zero(f, a + "attention.sliding_window");
     const GgufValue* fv = f.find(a + "rope.scaling.factor");
     if (!fv) fv = f.find(a + "rope.scale_linear");
     const double factor = fv ? fv->as_float().value_or(-1.0) : 0.0;
@@ -63,9 +80,14 @@ HParams HParams::from_gguf(const GgufFile& f) {
     } else if (h.rope_scaling == "linear") {
         if (factor > 0) h.rope_scale = static_cast<float>(1.0 / factor);
         else h.rope_scaling = "none";
+    } else if (h.rope_scaling == "yarn" && factor > 1.0) {
+        h.rope_scale = static_cast<float>(1.0 / factor);
+        if (h.rope_orig_ctx <= 0)
+            throw ModelError(a + "rope.scaling.type is yarn but " + a +
+                             "rope.scaling.original_context_length is absent");
     } else if (factor > 0 && factor != 1.0) {
         throw ModelError("RoPE scaling type '" + h.rope_scaling + "' (factor " + std::to_string(factor) +
-                         ") is not supported (supported: none, linear, and Llama 3.1's rope_freqs.weight)");
+                         ") is not supported (supported: none, linear, yarn, and Llama 3.1's rope_freqs.weight)");
     } else {
         h.rope_scaling = "none";  // e.g. "yarn" with factor 1: no scaling at all
     }

@@ -32,17 +32,25 @@ struct HParams {
     float rope_base = 10000.0f;
     float rms_eps = 1e-5f;
     // RoPE frequency scaling (Llama 3.1 style "llama3" is expressed through the
-    // rope_freqs.weight tensor; linear scaling through rope.scaling.factor).
-    std::string rope_scaling = "none";  ///< "none" or "linear" (others are refused)
-    float rope_scale = 1.0f;            ///< positions are multiplied by this (1 / linear factor)
+    // rope_freqs.weight tensor; linear and YaRN scaling through rope.scaling.*).
+    std::string rope_scaling = "none";  ///< "none", "linear" or "yarn" (others are refused)
+    float rope_scale = 1.0f;            ///< positions are multiplied by this (1 / factor)
+    int32_t rope_orig_ctx = 0;          ///< rope.scaling.original_context_length, 0 when absent
+    float yarn_beta_fast = 32.0f;       ///< rope.scaling.yarn_beta_fast (YaRN's alpha/beta, default 32)
+    float yarn_beta_slow = 1.0f;        ///< rope.scaling.yarn_beta_slow (default 1)
+    float rope_attn_factor = 1.0f;      ///< rope.scaling.attn_factor: cos and sin are multiplied by it
+    /// attention.sliding_window: each position attends to itself and the window - 1 before it
+    /// (0: no window). Which layers it applies to is the architecture's rule.
+    int32_t sliding_window = 0;
 
     /// Reads and checks the hyperparameters. n_vocab comes from `<arch>.vocab_size`
     /// or, when absent, from the token list. Throws ModelError when a required key
     /// is missing or the shape is inconsistent (e.g. n_head not divisible by
     /// n_head_kv), when rope.freq_base or the RMS epsilon is not a positive number,
-    /// or when `<arch>.rope.scaling.type` asks for a scaling other than none/linear
-    /// (e.g. "yarn" with a factor > 1), naming it; never for an unknown architecture
-    /// (the backend decides that).
+    /// when `<arch>.rope.scaling.type` asks for a scaling other than none/linear/yarn
+    /// (e.g. "longrope" with a factor > 1), naming it, or YaRN without
+    /// rope.scaling.original_context_length; never for an unknown architecture (the
+    /// backend decides that).
     static HParams from_gguf(const GgufFile& f);
 };
 

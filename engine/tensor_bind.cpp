@@ -1,0 +1,70 @@
+// Tensor binding checks shared by every architecture; see tensor_bind.hpp.
+#include "engine/tensor_bind.hpp"
+
+#include "model/gguf/ggml_types.hpp"
+#include "model/quant/quant.hpp"
+
+namespace loom::engine {
+namespace {
+
+std::string dims_str(const std::vector<uint64_t>& d) {
+    std::string s = "[";
+    for (size_t i = 0; i < d.size(); ++i) {
+        if (i) s += ", ";
+        s += std::to_string(d[i]);
+    }
+    return s + "]";
+}
+
+}  // namespace
+
+const model::GgufTensor& need_tensor(const model::GgufFile& f, const std::string& name) {
+    const model::GgufTensor* t = f.tensor(name);
+    if (!t) throw model::ModelError("the model has no tensor '" + name + "'");
+    return *t;
+}
+
+Matrix bind_matrix(const model::GgufTensor& t, int64_t cols, int64_t rows, const MatrixTypes& types) {
+    if (t.dims.size() != 2 || static_cast<int64_t>(t.dims[0]) != cols || static_cast<int64_t>(t.dims[1]) != rows)
+        throw model::ModelError("tensor '" + std::string(t.name) + "' has shape " + dims_str(t.dims) + ", expected [" +
+                                std::to_string(cols) + ", " + std::to_string(rows) + "]");
+    if (!types.supported(t.type))
+        throw model::ModelError("tensor '" + std::string(t.name) + "' has type " + model::type_name(t.type) +
+                                ", which " + types.backend + " does not support");
+    Matrix m;
+    m.type = t.type;
+    m.rows = rows;
+    m.cols = cols;
+    m.row_bytes = static_cast<size_t>(t.nbytes / static_cast<uint64_t>(rows));
+    m.data = t.data;
+    return m;
+}
+
+std::vector<float> bind_vector(const model::GgufTensor& t, int64_t n) {
+    uint64_t total = 1;
+    for (uint64_t d : t.dims) total *= d;
+    if (static_cast<int64_t>(total) != n || t.dims[0] != total)
+        throw model::ModelError("tensor '" + std::string(t.name) + "' has shape " + dims_str(t.dims) + ", expected [" +
+                                std::to_string(n) + "]");
+    if (!model::can_dequantize(t.type))
+        throw model::ModelError("tensor '" + std::string(t.name) + "' has unsupported type " +
+                                model::type_name(t.type));
+    std::vector<float> out(static_cast<size_t>(n));
+    model::dequantize_row(t.type, t.data, out.data(), n);
+    return out;
+}
+
+std::vector<float> bind_optional_vector(const model::GgufFile& f, const std::string& name, int64_t n) {
+    const model::GgufTensor* t = f.tensor(name);
+    return t ? bind_vector(*t, n) : std::vector<float>{};
+}
+
+Matrix bind_embeddings(const model::GgufFile& f, const model::HParams& hp, const MatrixTypes& types) {
+    Matrix m = bind_matrix(need_tensor(f, "token_embd.weight"), hp.n_embd, hp.n_vocab, types);
+    if (!model::can_dequantize(m.type))
+        throw model::ModelError("token_embd.weight has type " + model::type_name(m.type) + ", which " + types.backend +
+                                " cannot read rows of");
+    return m;
+}
+
+}  // namespace loom::engine
