@@ -1,4 +1,5 @@
-// CPU forward pass for llama-family models over a paged KV cache; see cpu_backend.hpp.
+// The CPU backend: batching, the paged KV pool, logits and sampling around an architecture's
+// forward pass (architecture.hpp); see cpu_backend.hpp.
 #include "engine/backends/cpu/cpu_backend.hpp"
 
 #include <sched.h>
@@ -14,11 +15,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "engine/backends/cpu/matvec.hpp"
-#include "engine/backends/cpu/ops.hpp"
-#include "engine/backends/cpu/thread_pool.hpp"
+#include "engine/backends/cpu/architecture.hpp"
+#include "engine/backends/cpu/compute.hpp"
 #include "engine/kv_layout.hpp"
-#include "engine/llama_weights.hpp"
 #include "engine/vocab_bytes.hpp"
 #include "model/gguf/vocab.hpp"
 #include "model/quant/quant.hpp"
@@ -26,18 +25,8 @@
 namespace loom::cpu {
 namespace {
 
-using engine::LayerWeights;
-using engine::LlamaWeights;
-using engine::Matrix;
-
-// Vectors per weight-row pass of a matmul: a tile of activations stays in L2 while each
-// thread's rows stream past it once per tile (bounds cache traffic for long batches).
-constexpr int64_t kTile = 32;
 // Positions whose logits are computed at once (bounds the logits buffer to kLogitRows x n_vocab).
 constexpr int64_t kLogitRows = 64;
-// A loop runs on several threads only when each thread's share is at least this many
-// multiply-adds (~20-50 us): below that, waking a worker costs more than it saves.
-constexpr int64_t kParallelMacs = 1 << 18;
 constexpr int32_t kBlockTokens = 16;
 constexpr int32_t kDefaultStepTokens = 2048;
 constexpr int32_t kMaxSlots = 1024;
@@ -71,12 +60,6 @@ private:
     float* data_ = nullptr;
 };
 
-// One product of a fused matmul: Y[t][r] = W.row(r) . X[t].
-struct Product {
-    const Matrix* W;
-    float* Y;
-};
-
 // A sampling slot: the request's parameters and its penalty counts, kept incrementally.
 struct Slot {
     bool open = false;
@@ -88,10 +71,9 @@ class CpuBackend final : public engine::Backend {
 public:
     CpuBackend(model::GgufFile file, const CpuOptions& opts, const std::string& path)
         : file_(std::move(file)),
-          w_(LlamaWeights::bind(file_, {"the CPU backend", can_dot})),
-          pool_(opts.threads > 0 ? opts.threads : default_threads()),
-          rope_(w_.hp.head_dim, w_.hp.rope_dim, w_.hp.rope_base, w_.hp.rope_scale, w_.rope_freqs, w_.neox_rope) {
-        const auto& hp = w_.hp;
+          compute_(opts.threads > 0 ? opts.threads : default_threads()),
+          arch_(load_architecture(file_, compute_)) {
+        const auto& hp = arch_->hparams();
         const model::Vocab vocab = model::Vocab::from_gguf(file_);
         if (vocab.size() > hp.n_vocab)
             throw model::ModelError("the vocabulary has " + std::to_string(vocab.size()) +
@@ -115,6 +97,7 @@ public:
         info_.n_ctx = static_cast<int32_t>(std::min<int64_t>(info_.n_ctx, geo_.n_blocks * kBlockTokens));
         layout_ = {geo_.n_blocks, kBlockTokens, kv_dim_};
         kv_ = std::make_unique<KvPool>(layout_.pool_elems(hp.n_layer));
+        arch_->set_context(info_.n_ctx);
         slots_.resize(static_cast<size_t>(geo_.max_slots));
     }
 
@@ -196,7 +179,7 @@ private:
     };
 
     int64_t default_kv_tokens() const {
-        const auto& hp = w_.hp;
+        const auto& hp = arch_->hparams();
         const int64_t bytes_per_token = int64_t{hp.n_layer} * 2 * kv_dim_ * static_cast<int64_t>(sizeof(float));
         const int64_t want = int64_t{info_.n_ctx} * kDefaultSequences;
         // At most a quarter of the machine's memory (the pool is touched only as it fills).
@@ -241,119 +224,40 @@ private:
                                         std::to_string(geo_.max_step_tokens));
     }
 
-    // Y_k[t][r] = W_k.row(r) . X[t] for every product k (all W_k have X's width) and
-    // t < T, as one parallel loop over the rows of all of them (one barrier, not one
-    // per matrix). Each row is decoded once per tile of kTile vectors (dot_row_multi), and
-    // every output is bit-identical to dot_row's, whatever T and the tiling.
-    void matmul(std::initializer_list<Product> products, const float* X, int64_t T) {
-        int64_t total = 0;
-        const int64_t cols = products.begin()->W->cols;
-        for (const Product& p : products) total += p.W->rows;
-        const int64_t grain = std::max<int64_t>(1, kParallelMacs / std::max<int64_t>(1, cols * std::min(T, kTile)));
-        pool_.parallel_for(total, grain, [&](int64_t r0, int64_t r1) {
-            for (int64_t t0 = 0; t0 < T; t0 += kTile) {
-                const int64_t nt = std::min(kTile, T - t0);
-                int64_t base = 0;
-                for (const Product& p : products) {
-                    const Matrix& W = *p.W;
-                    const int64_t a = std::max(r0, base), b = std::min(r1, base + W.rows);
-                    for (int64_t r = a; r < b; ++r)
-                        dot_row_multi(W.type, W.row(r - base), W.cols, X + t0 * W.cols, W.cols, nt,
-                                      p.Y + t0 * W.rows + (r - base), W.rows);
-                    base += W.rows;
-                }
-            }
-        });
-    }
-
+    // Runs the flat batch through the architecture's layers (residual stream into x_).
     void forward(const engine::StepPlan& plan) {
-        const auto& hp = w_.hp;
-        const int64_t T = static_cast<int64_t>(tok_.size()), d = hp.n_embd, hd = hp.head_dim;
-        const int64_t nq = int64_t{hp.n_head} * hd, nkv = kv_dim_, ff = hp.n_ff;
-        const int64_t group = hp.n_head / hp.n_head_kv;
-        x_.resize(static_cast<size_t>(T * d));
-        xb_.resize(static_cast<size_t>(T * std::max(d, nq)));
-        q_.resize(static_cast<size_t>(T * nq));
-        k_.resize(static_cast<size_t>(T * nkv));
-        v_.resize(static_cast<size_t>(T * nkv));
-        att_.resize(static_cast<size_t>(T * nq));
-        g_.resize(static_cast<size_t>(T * ff));
-        u_.resize(static_cast<size_t>(T * ff));
-        rope_.prepare(pos_);
-        int64_t ctx = 0;  // attention work: sum of context lengths
-        for (int64_t t = 0; t < T; ++t) {
-            model::dequantize_row(w_.tok_embd.type, w_.tok_embd.row(tok_[static_cast<size_t>(t)]), &x_[t * d], d);
-            ctx += pos_[static_cast<size_t>(t)] + 1;
+        tables_.clear();
+        int64_t ctx = 0, max_ctx = 0;
+        for (size_t t = 0; t < tok_.size(); ++t) {
+            tables_.push_back(plan.rows[static_cast<size_t>(row_of_[t])].blocks);
+            ctx += pos_[t] + 1;
+            max_ctx = std::max(max_ctx, pos_[t] + 1);
         }
-        float* pool = kv_->data();
-        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        // Attention work per (position, head) is about 2 * context * hd multiply-adds.
-        const int64_t att_grain = std::max<int64_t>(1, kParallelMacs * T / std::max<int64_t>(1, ctx * hd * 2));
-        int64_t max_ctx = 0;
-        for (int64_t p : pos_) max_ctx = std::max(max_ctx, p + 1);
-        for (size_t l = 0; l < w_.layers.size(); ++l) {
-            const LayerWeights& L = w_.layers[l];
-            const auto layer = static_cast<int64_t>(l);
-            // Attention block.
-            for (int64_t t = 0; t < T; ++t) rmsnorm(&xb_[t * d], &x_[t * d], L.attn_norm.data(), d, hp.rms_eps);
-            matmul({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xb_.data(), T);
-            for (int64_t t = 0; t < T; ++t) {
-                float* q = &q_[t * nq];
-                float* k = &k_[t * nkv];
-                float* v = &v_[t * nkv];
-                for (int64_t i = 0; i < static_cast<int64_t>(L.bq.size()); ++i) q[i] += L.bq[i];
-                for (int64_t i = 0; i < static_cast<int64_t>(L.bk.size()); ++i) k[i] += L.bk[i];
-                for (int64_t i = 0; i < static_cast<int64_t>(L.bv.size()); ++i) v[i] += L.bv[i];
-                if (!L.q_norm.empty()) {
-                    for (int64_t h = 0; h < hp.n_head; ++h)
-                        rmsnorm(q + h * hd, q + h * hd, L.q_norm.data(), hd, hp.rms_eps);
-                    for (int64_t h = 0; h < hp.n_head_kv; ++h)
-                        rmsnorm(k + h * hd, k + h * hd, L.k_norm.data(), hd, hp.rms_eps);
-                }
-                rope_.apply(q, hp.n_head, t);
-                rope_.apply(k, hp.n_head_kv, t);
-                const auto& blocks = plan.rows[static_cast<size_t>(row_of_[static_cast<size_t>(t)])].blocks;
-                const int64_t p = pos_[static_cast<size_t>(t)];
-                std::copy_n(k, nkv, pool + layout_.offset_at(layer, blocks, p, 0));
-                std::copy_n(v, nkv, pool + layout_.offset_at(layer, blocks, p, 1));
-            }
-            pool_.parallel_for(T * hp.n_head, att_grain, [&](int64_t i0, int64_t i1) {
-                thread_local std::vector<float> scores;
-                if (scores.size() < static_cast<size_t>(max_ctx)) scores.resize(static_cast<size_t>(max_ctx));
-                for (int64_t i = i0; i < i1; ++i) {
-                    const int64_t t = i / hp.n_head, h = i % hp.n_head, kvh = h / group;
-                    const auto& blocks = plan.rows[static_cast<size_t>(row_of_[static_cast<size_t>(t)])].blocks;
-                    attend_paged(&q_[t * nq + h * hd], pool, layout_, layer, blocks, kvh * hd,
-                                 pos_[static_cast<size_t>(t)] + 1, hd, scale, &att_[t * nq + h * hd], scores.data());
-                }
-            });
-            matmul({{&L.wo, xb_.data()}}, att_.data(), T);
-            for (int64_t i = 0; i < T * d; ++i) x_[i] += xb_[i];
-
-            // Feed-forward block: down(silu(gate(x)) * up(x)).
-            for (int64_t t = 0; t < T; ++t) rmsnorm(&xb_[t * d], &x_[t * d], L.ffn_norm.data(), d, hp.rms_eps);
-            matmul({{&L.gate, g_.data()}, {&L.up, u_.data()}}, xb_.data(), T);
-            for (int64_t i = 0; i < T * ff; ++i) g_[i] = g_[i] / (1.0f + std::exp(-g_[i])) * u_[i];
-            matmul({{&L.down, xb_.data()}}, g_.data(), T);
-            for (int64_t i = 0; i < T * d; ++i) x_[i] += xb_[i];
-        }
+        Batch batch;
+        batch.tokens = tok_;
+        batch.pos = pos_;
+        batch.tables = tables_;
+        batch.ctx = ctx;
+        batch.max_ctx = max_ctx;
+        batch.kv = kv_->data();
+        batch.layout = layout_;
+        arch_->forward(batch, x_);
     }
 
     // logits_[k * n_vocab ..] = the logits at step token wants[k].t.
     void logits_for(std::span<const Want> wants) {
-        const int64_t d = w_.hp.n_embd, n = static_cast<int64_t>(wants.size());
+        const int64_t d = arch_->hparams().n_embd, n = static_cast<int64_t>(wants.size());
         xn_.resize(static_cast<size_t>(n * d));
-        for (int64_t k = 0; k < n; ++k)
-            rmsnorm(&xn_[k * d], &x_[wants[static_cast<size_t>(k)].t * d], w_.output_norm.data(), d, w_.hp.rms_eps);
+        for (int64_t k = 0; k < n; ++k) std::copy_n(&x_[wants[static_cast<size_t>(k)].t * d], d, &xn_[k * d]);
         logits_.resize(static_cast<size_t>(n * info_.n_vocab));
-        matmul({{&w_.output, logits_.data()}}, xn_.data(), n);
+        arch_->logits(xn_.data(), n, logits_.data());
     }
 
     // Scores prompt targets and samples, one want per parallel task; a NaN fails only its row.
     void consume(const engine::StepPlan& plan, std::span<const Want> wants, engine::StepOutput& out) {
         const auto n = static_cast<int64_t>(wants.size());
         const int64_t grain = std::max<int64_t>(1, kParallelMacs / (4 * std::max<int64_t>(1, info_.n_vocab)));
-        pool_.parallel_for(n, grain, [&](int64_t k0, int64_t k1) {
+        compute_.pool().parallel_for(n, grain, [&](int64_t k0, int64_t k1) {
             thread_local engine::SamplerScratch scratch;
             for (int64_t k = k0; k < k1; ++k) {
                 const Want& w = wants[static_cast<size_t>(k)];
@@ -383,19 +287,19 @@ private:
     }
 
     model::GgufFile file_;
-    LlamaWeights w_;
+    Compute compute_;
+    std::unique_ptr<CpuArchitecture> arch_;
     engine::ModelInfo info_;
     engine::KvGeometry geo_;
     engine::KvLayout layout_;
-    ThreadPool pool_;
-    Rope rope_;
     int64_t kv_dim_ = 0;
     std::unique_ptr<KvPool> kv_;
     std::vector<Slot> slots_;
     std::mutex err_mu_;
     std::vector<int32_t> tok_, row_of_;
     std::vector<int64_t> pos_, row_start_;
-    std::vector<float> x_, xb_, q_, k_, v_, att_, g_, u_, xn_, logits_;
+    std::vector<std::span<const int32_t>> tables_;
+    std::vector<float> x_, xn_, logits_;
 };
 
 }  // namespace

@@ -1,16 +1,16 @@
-// The CPU backend: the llama-family forward pass in F32 over mmapped GGUF weights and a paged
-// F32 KV cache, implementing the engine's step interface (engine/backend.hpp).
+// The CPU backend: a model's forward pass in F32 over mmapped GGUF weights and a paged F32 KV
+// cache, implementing the engine's step interface (engine/backend.hpp).
 //
-// Source: the Llama architecture (Touvron et al. 2023): pre-norm RMSNorm (Zhang &
-// Sennrich 2019), rotary position embeddings (Su et al. 2021), grouped-query attention
-// (Ainslie et al. 2023) with a KV cache, and a SwiGLU feed-forward (Shazeer 2020);
-// qwen2 adds q/k/v biases, qwen3 a per-head RMSNorm on q and k. Structured like
-// llama2.c's run.c: the forward pass reads top to bottom like the math. One step runs every
-// row of the batch through each matmul together (weights decoded once per tile of 32 rows);
-// attention runs per (token, head) over that sequence's block table (kv_layout.hpp). The step
-// is synchronous: begin_step/finish_step keep Backend's defaults (the whole step runs in
-// finish_step, on the calling thread and the worker pool), so the scheduler's grammar masks are
-// built before the forward pass, not during it.
+// This file's backend batches the step's rows into one flat batch, owns the KV pool and the
+// sampling slots, and computes logits and samples; the model is an architecture
+// (architecture.hpp: one file per architecture under arch/, e.g. arch/llama.cpp for llama,
+// mistral, qwen2 and qwen3, arch/gemma.cpp, arch/phi3.cpp), written in shared blocks
+// (blocks.hpp). Structured like llama2.c's run.c: a forward pass reads top to bottom like the
+// math. One step runs every row of the batch through each matmul together (weights decoded
+// once per tile of 32 rows); attention runs per (token, head) over that sequence's block
+// table (kv_layout.hpp). The step is synchronous: begin_step/finish_step keep Backend's
+// defaults (the whole step runs in finish_step, on the calling thread and the worker pool),
+// so the scheduler's grammar masks are built before the forward pass, not during it.
 //
 // Batch invariance: every output element is computed by the same expression in the same
 // order whatever else is in the step, how a prompt was chunked and which blocks hold the
@@ -40,8 +40,9 @@ struct CpuOptions {
 
 /// Loads the GGUF at `path` (mmapped; weights are not copied) and returns the CPU
 /// backend for it. Throws model::GgufError for a malformed file and
-/// model::ModelError for a model it cannot run (the message names the reason) or a KV
-/// pool that cannot be reserved.
+/// model::ModelError for a model it cannot run (the message names the reason: an
+/// architecture it lacks, a missing tensor, a bad hyperparameter key) or a KV pool that cannot
+/// be reserved.
 std::unique_ptr<engine::Backend> make_cpu_backend(const std::string& path, const CpuOptions& opts);
 
 }  // namespace loom::cpu

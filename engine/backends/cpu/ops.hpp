@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/kv_layout.hpp"
+#include "engine/rope_angles.hpp"
 
 namespace loom::cpu {
 
@@ -23,17 +24,17 @@ void rmsnorm(float* out, const float* x, const float* w, int64_t n, float eps);
 float dot_f32(const float* a, const float* b, int64_t n);
 
 /// Rotary position embedding, with cos/sin of every rotated pair precomputed once per
-/// position (not per layer or head).
+/// position (not per layer or head) by engine::RopeAngles (the angles, their scaling and the
+/// YaRN/LongRoPE variants are documented there).
 ///
-/// Pair i < rope_dim / 2 of each head of head_dim floats rotates by angle
-/// theta = pos * pos_scale * base^(-2i / rope_dim) / freq_div[i] (freq_div: Llama
-/// 3.1's rope_freqs.weight, or 1), in double, rounded to F32 cos/sin. The pair is
-/// (2i, 2i + 1) normally and (i, i + rope_dim / 2) in "NEOX" order (qwen2, qwen3).
+/// Pair i < rope_dim / 2 of each head of head_dim floats is (2i, 2i + 1) normally and
+/// (i, i + rope_dim / 2) in "NEOX" order (qwen2, qwen3, gemma, phi3); the rest of the head
+/// is not rotated.
 class Rope {
 public:
-    /// Throws std::invalid_argument when rope_dim is odd or exceeds head_dim, or when
-    /// freq_div is neither empty nor rope_dim / 2 long.
-    Rope(int64_t head_dim, int64_t rope_dim, double base, double pos_scale, std::vector<float> freq_div, bool neox);
+    /// Throws std::invalid_argument when rope_dim is odd or exceeds head_dim, or when the
+    /// spec's frequency divisors are neither empty nor rope_dim / 2 long.
+    Rope(int64_t head_dim, engine::RopeSpec spec, bool neox);
 
     /// Computes the tables for positions[0 .. n) (any positions, kept until the next call).
     void prepare(std::span<const int64_t> positions);
@@ -42,23 +43,22 @@ public:
 
 private:
     int64_t head_dim_, half_;
-    double base_, pos_scale_;
-    std::vector<float> freq_div_;
+    engine::RopeAngles angles_;
     bool neox_;
-    std::vector<double> inv_freq_;  // [half]: base^(-2i/rope_dim) / freq_div[i]
     std::vector<float> cos_, sin_;  // [n][half]
 };
 
-/// Causal attention of one query over the first n_kv positions of a sequence in the paged KV
-/// cache: scores q.k * scale, softmax around the maximum (sum in double), weighted sum of V,
-/// each in increasing position order (so the result does not depend on how the sequence's
-/// positions were batched or which blocks hold them).
+/// Causal attention of one query over positions [first, n_kv) of a sequence in the paged KV
+/// cache (first > 0: a sliding window): scores s = q.k * scale, soft-capped to
+/// softcap * tanh(s / softcap) when softcap > 0 (Gemma 2), softmax around the maximum (sum in
+/// double), weighted sum of V, each in increasing position order (so the result does not
+/// depend on how the sequence's positions were batched or which blocks hold them).
 /// q: [hd]; pool: the F32 KV pool laid out by `layout` (engine/kv_layout.hpp); position p's
 /// K (V) row is at layout.offset_at(layer, table, p, 0 (1)), and this head's hd floats start
 /// `head_off` floats into it; table: the sequence's block table, covering n_kv positions;
-/// out: [hd]; scratch: at least n_kv floats.
+/// out: [hd]; scratch: at least n_kv - first floats.
 void attend_paged(const float* q, const float* pool, const engine::KvLayout& layout, int64_t layer,
-                  std::span<const int32_t> table, int64_t head_off, int64_t n_kv, int64_t hd, float scale, float* out,
-                  float* scratch);
+                  std::span<const int32_t> table, int64_t head_off, int64_t first, int64_t n_kv, int64_t hd,
+                  float scale, float softcap, float* out, float* scratch);
 
 }  // namespace loom::cpu
