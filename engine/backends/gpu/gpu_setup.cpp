@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "engine/rope_angles.hpp"
 #include "engine/vocab_bytes.hpp"
 #include "model/gguf/vocab.hpp"
 
@@ -55,6 +56,15 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
         throw std::invalid_argument("GPU options out of range (slots and step tokens >= 1, KV fraction in (0, 1])");
     check_tensor_types(file_, opts.engine_name);
     w_ = engine::LlamaWeights::bind(file_, {opts.engine_name, device_type_supported});
+    // The GPU kernels attend to every cached position: a declared window that the served
+    // context can exceed is refused, never ignored (the CPU engine applies it).
+    const int32_t ctx_limit = opts.n_ctx > 0 ? opts.n_ctx : w_.hp.n_ctx_train;
+    if (w_.hp.sliding_window > 0 && w_.hp.sliding_window < ctx_limit)
+        throw model::ModelError(w_.hp.arch + ".attention.sliding_window = " + std::to_string(w_.hp.sliding_window) +
+                                ": " + opts.engine_name +
+                                " has no sliding-window attention (loom-engine-cpu applies it; a context of at "
+                                "most the window, --ctx " +
+                                std::to_string(w_.hp.sliding_window) + ", also loads here)");
     if (opts_.split_products && (opts_.decode_gemm_tiled || opts_.decode_gemm_f16))
         throw std::invalid_argument(
             "split products take the decode GEMM's exact kernel for Q4_K and Q6_K and split the others' "
@@ -251,16 +261,19 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     LOOM_GPU_CHECK(gpuMallocHost(&p, sizeof(SampleOut) * (static_cast<size_t>(slots) + Rz)));
     out_host_ = static_cast<SampleOut*>(p);
 
-    // RoPE cos/sin per position and pair, in double as the CPU backend computes them.
+    // RoPE cos/sin per position and pair: the CPU backend's values (engine::RopeAngles, with
+    // linear, YaRN and rope_freqs scaling).
     const int half = hp.rope_dim / 2;
     std::vector<float> cs(static_cast<size_t>(info_.n_ctx) * half * 2);
-    for (int i = 0; i < half; ++i) {
-        const double f = std::pow(static_cast<double>(hp.rope_base), -2.0 * static_cast<double>(i) / hp.rope_dim);
+    {
+        const engine::RopeAngles angles(engine::RopeSpec::from_hparams(hp, w_.rope_freqs));
+        std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
         for (int64_t pos = 0; pos < info_.n_ctx; ++pos) {
-            double theta = static_cast<double>(pos) * hp.rope_scale * f;
-            if (!w_.rope_freqs.empty()) theta /= w_.rope_freqs[static_cast<size_t>(i)];
-            cs[(static_cast<size_t>(pos) * half + i) * 2] = static_cast<float>(std::cos(theta));
-            cs[(static_cast<size_t>(pos) * half + i) * 2 + 1] = static_cast<float>(std::sin(theta));
+            angles.at(pos, c.data(), s.data());
+            for (int i = 0; i < half; ++i) {
+                cs[(static_cast<size_t>(pos) * half + i) * 2] = c[static_cast<size_t>(i)];
+                cs[(static_cast<size_t>(pos) * half + i) * 2 + 1] = s[static_cast<size_t>(i)];
+            }
         }
     }
     rope_cs_ = alloc<float>(cs.size());
