@@ -1,5 +1,6 @@
 // Small random-weight llama-family GGUFs written with model/gguf_writer, for tests that
-// need features loom-make-model does not write (rope_freqs.weight, RoPE scaling keys,
+// need features loom-make-model does not write (rope_freqs.weight, RoPE scaling keys, a
+// declared sliding window,
 // partial rotary dims, a head size other than n_embd / n_head), and test helpers
 // (a temporary directory, the path of a binary built beside the test).
 //
@@ -61,6 +62,9 @@ struct ArchSpec {
     bool rope_freqs = false;      ///< rope_freqs.weight, divisors 1 + 0.7 i per pair
     double linear_scale = 0;      ///< rope.scaling.type = linear, rope.scaling.factor
     double legacy_scale_key = 0;  ///< rope.scale_linear (the key's old name)
+    double yarn_factor = 0;       ///< rope.scaling.type = yarn with this factor (> 1)
+    int yarn_orig_ctx = 0;        ///< rope.scaling.original_context_length for YaRN
+    int sliding_window = 0;       ///< attention.sliding_window
     uint32_t seed = 1;
 };
 
@@ -102,6 +106,12 @@ inline void write_arch_model(const ArchSpec& s, const std::string& path) {
         w.add_f32(a + "rope.scaling.factor", static_cast<float>(s.linear_scale));
     }
     if (s.legacy_scale_key > 0) w.add_f32(a + "rope.scale_linear", static_cast<float>(s.legacy_scale_key));
+    if (s.yarn_factor > 0) {
+        w.add_string(a + "rope.scaling.type", "yarn");
+        w.add_f32(a + "rope.scaling.factor", static_cast<float>(s.yarn_factor));
+        w.add_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(s.yarn_orig_ctx));
+    }
+    if (s.sliding_window > 0) w.add_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
 
     std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
     std::vector<int32_t> types = {2, 3, 3};

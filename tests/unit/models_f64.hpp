@@ -7,8 +7,21 @@
 // the engine. Covers llama/mistral (RoPE on pairs (2i, 2i+1)), qwen2 (q/k/v biases)
 // and qwen3 (per-head RMSNorm of q and k before RoPE), which rotate pairs
 // (i, i + rope_dim/2) ("NEOX" order), Llama 3.1's rope_freqs.weight divisors, linear
-// RoPE scaling (rope.scaling.type = linear, positions divided by the factor) and tied
-// output embeddings (no output.weight).
+// RoPE scaling (rope.scaling.type = linear, positions divided by the factor), YaRN scaling,
+// a declared sliding window (attention.sliding_window) and tied output embeddings (no
+// output.weight); and gemma2/gemma3 (embeddings times sqrt(dim), norms after attention and
+// FFN, GeGLU with GELU's tanh form (Gemma's gelu_pytorch_tanh), soft-capped attention scores and logits, local window
+// layers and global layers alternating, gemma3's local layers with their own unscaled RoPE
+// base) and phi3 (fused QKV and gate/up, LongRoPE factors and attention factor).
+//
+// YaRN (Peng et al. 2023): pair i's angle mixes the interpolated (position / factor) and
+// the original angle with weight r_i = 1 - clamp((i - lo) / (hi - lo), 0, 1), where lo and
+// hi are the pairs turning beta_fast and beta_slow times over the original context (pair
+// index d(b) = rope_dim ln(L / (2 pi b)) / (2 ln base), lo floored, hi ceiled as ggml
+// rounds them), and cos/sin are scaled by 0.1 ln(factor) + 1. Gemma's local layers: layer l
+// is local when l % 2 == 0 (gemma2) or l % 6 != 5 (gemma3). Phi-3 takes its long factors
+// when the served context exceeds rope.scaling.original_context_length (the constructor's
+// n_ctx; 0: context_length), the short ones otherwise.
 //
 // Sources: Llama (Touvron et al. 2023), RMSNorm (Zhang & Sennrich 2019), RoFormer
 // (Su et al. 2021), GQA (Ainslie et al. 2023), SwiGLU (Shazeer 2020), Qwen2/Qwen3
@@ -46,7 +59,7 @@ struct RefRounding {
 
 class F64Model {
 public:
-    explicit F64Model(const model::GgufFile& f, RefRounding r = {}) : f_(f), r_(r) {
+    explicit F64Model(const model::GgufFile& f, RefRounding r = {}, int64_t n_ctx = 0) : f_(f), r_(r) {
         arch_ = f.get_string("general.architecture");
         const std::string a = arch_ + ".";
         L_ = static_cast<int>(f.get_int(a + "block_count", 0));
@@ -60,9 +73,28 @@ public:
         // Linear scaling divides positions by the factor; the type defaults to linear
         // and the factor's older key is rope.scale_linear (llama.cpp's reading).
         const double factor = f.get_float(a + "rope.scaling.factor", f.get_float(a + "rope.scale_linear", 0.0));
-        if (f.get_string(a + "rope.scaling.type", "linear") == "linear" && factor > 0) pos_div_ = factor;
-        neox_ = arch_ == "qwen2" || arch_ == "qwen3";
+        const std::string scaling = f.get_string(a + "rope.scaling.type", "linear");
+        if ((scaling == "linear" || scaling == "yarn") && factor > 0) pos_div_ = factor;
+        yarn_ = scaling == "yarn" && factor > 1;
+        orig_ctx_ = static_cast<double>(f.get_int(a + "rope.scaling.original_context_length", 0));
+        beta_fast_ = f.get_float(a + "rope.scaling.yarn_beta_fast", 32.0);
+        beta_slow_ = f.get_float(a + "rope.scaling.yarn_beta_slow", 1.0);
+        mscale_ = f.get_float(a + "rope.scaling.attn_factor", 1.0) * (yarn_ ? 1.0 + 0.1 * std::log(factor) : 1.0);
+        window_ = static_cast<int>(f.get_int(a + "attention.sliding_window", 0));
+        gemma_ = arch_ == "gemma2" || arch_ == "gemma3";
+        neox_ = arch_ == "qwen2" || arch_ == "qwen3" || gemma_ || arch_ == "phi3";
+        if (arch_ == "gemma2") {
+            attn_cap_ = f.get_float(a + "attn_logit_softcapping", 50.0);
+            final_cap_ = f.get_float(a + "final_logit_softcapping", 30.0);
+        }
+        if (arch_ == "gemma3") base_local_ = f.get_float(a + "rope.freq_base_swa", 10000.0);
         if (f.tensor("rope_freqs.weight")) freqs_ = w("rope_freqs.weight");
+        if (f.tensor("rope_factors_long.weight")) {  // Phi-3 LongRoPE
+            const double ctx =
+                n_ctx > 0 ? static_cast<double>(n_ctx) : static_cast<double>(f.get_int(a + "context_length", 0));
+            const double orig = orig_ctx_ > 0 ? orig_ctx_ : static_cast<double>(f.get_int(a + "context_length", 0));
+            freqs_ = w(ctx > orig ? "rope_factors_long.weight" : "rope_factors_short.weight");
+        }
         out_name_ = f.tensor("output.weight") ? "output.weight" : "token_embd.weight";
         n_vocab_ = static_cast<int>(f.tensor(out_name_)->dims[1]);
     }
@@ -78,9 +110,13 @@ public:
         for (size_t p = 0; p < seq.size(); ++p) {
             std::vector<double> x(emb.begin() + static_cast<long>(seq[p]) * d_,
                                   emb.begin() + (static_cast<long>(seq[p]) + 1) * d_);
+            if (gemma_)
+                for (double& e : x) e *= std::sqrt(static_cast<double>(d_));
             for (int l = 0; l < L_; ++l) layer(l, x, p, K[static_cast<size_t>(l)], V[static_cast<size_t>(l)]);
             if (p + 1 < from) continue;
             auto logits = mv(out_name_, rms(x, w("output_norm.weight")));
+            if (final_cap_ > 0)
+                for (double& v : logits) v = final_cap_ * std::tanh(v / final_cap_);
             const double mx = *std::max_element(logits.begin(), logits.end());
             double z = 0;
             for (double v : logits) z += std::exp(v - mx);
@@ -171,17 +207,30 @@ private:
         return y;
     }
 
-    void rope(std::vector<double>& v, size_t pos) const {
+    // Rotates every head of v at position pos; `local`: a Gemma 3 local layer (own base, no scaling).
+    void rope(std::vector<double>& v, size_t pos, bool local) const {
         const int half = rope_dim_ / 2;
+        const bool plain = local && base_local_ > 0;
+        const double base = plain ? base_local_ : base_, div = plain ? 1.0 : pos_div_;
+        const double m = plain ? 1.0 : mscale_;
+        // YaRN's ramp bounds: the pair index that turns `b` times over the original context.
+        auto turn = [&](double b) { return rope_dim_ * std::log(orig_ctx_ / (2 * M_PI * b)) / (2 * std::log(base)); };
+        const double lo = yarn_ ? std::max(0.0, std::floor(turn(beta_fast_))) : 0;
+        const double hi = yarn_ ? std::min(rope_dim_ - 1.0, std::ceil(turn(beta_slow_))) : 0;
         for (size_t h = 0; h < v.size() / static_cast<size_t>(hd_); ++h)
             for (int i = 0; i < half; ++i) {
-                double th = static_cast<double>(pos) / pos_div_ * std::pow(base_, -2.0 * i / rope_dim_);
-                if (!freqs_.empty()) th /= freqs_[static_cast<size_t>(i)];
+                double freq = std::pow(base, -2.0 * i / rope_dim_);
+                if (!freqs_.empty() && !plain) freq /= freqs_[static_cast<size_t>(i)];
+                double th = static_cast<double>(pos) / div * freq;
+                if (yarn_ && !plain) {
+                    const double r = 1 - std::clamp((i - lo) / std::max(0.001, hi - lo), 0.0, 1.0);
+                    th = th * (1 - r) + static_cast<double>(pos) * freq * r;
+                }
                 const size_t a = h * static_cast<size_t>(hd_) + static_cast<size_t>(neox_ ? i : 2 * i);
                 const size_t b = a + (neox_ ? static_cast<size_t>(half) : 1);
                 const double x0 = v[a], x1 = v[b];
-                v[a] = x0 * std::cos(th) - x1 * std::sin(th);
-                v[b] = x0 * std::sin(th) + x1 * std::cos(th);
+                v[a] = m * (x0 * std::cos(th) - x1 * std::sin(th));
+                v[b] = m * (x0 * std::sin(th) + x1 * std::cos(th));
             }
     }
 
@@ -201,16 +250,18 @@ private:
     }
 
     // Attention of head h's query over positions 0..p, into out[h*hd ...].
+    // Attention over positions first..p (first > 0: a sliding window).
     void attend(const std::vector<double>& q, const std::vector<std::vector<double>>& K,
-                const std::vector<std::vector<double>>& V, int h, std::vector<double>& out) const {
+                const std::vector<std::vector<double>>& V, int h, std::vector<double>& out, size_t first = 0) const {
         const int kh = h / (H_ / KV_);
         const size_t qo = static_cast<size_t>(h) * static_cast<size_t>(hd_), ko = static_cast<size_t>(kh * hd_);
         const double scale = 1.0 / std::sqrt(static_cast<double>(hd_));
-        std::vector<double> sc(K.size());
-        for (size_t j = 0; j < K.size(); ++j) {
+        std::vector<double> sc(K.size(), -INFINITY);
+        for (size_t j = first; j < K.size(); ++j) {
             double s = 0;
             for (int e = 0; e < hd_; ++e) s += q[qo + static_cast<size_t>(e)] * K[j][ko + static_cast<size_t>(e)];
             sc[j] = s * scale;
+            if (attn_cap_ > 0) sc[j] = attn_cap_ * std::tanh(sc[j] / attn_cap_);
         }
         if (!r_.f16_attention) {
             const double mx = *std::max_element(sc.begin(), sc.end());
@@ -224,7 +275,7 @@ private:
         // Online softmax with an F16 accumulator (scores in F32).
         std::vector<double> acc(static_cast<size_t>(hd_), 0.0);
         float M = -INFINITY, S = 0;
-        for (size_t j = 0; j < K.size(); ++j) {
+        for (size_t j = first; j < K.size(); ++j) {
             const float s = static_cast<float>(sc[j]);
             float ms = 1, vs = 1;
             if (s > M) {
@@ -246,14 +297,25 @@ private:
                std::vector<std::vector<double>>& V) {
         const std::string b = "blk." + std::to_string(l) + ".";
         auto xb = rms(x, w(b + "attn_norm.weight"));
-        auto q = mv(b + "attn_q.weight", xb), k = mv(b + "attn_k.weight", xb), v = mv(b + "attn_v.weight", xb);
+        std::vector<double> q, k, v;
+        if (has(b + "attn_qkv.weight")) {  // phi3: q | k | v in one product
+            const auto all = mv(b + "attn_qkv.weight", xb);
+            const auto nq = static_cast<long>(H_ * hd_), nkv = static_cast<long>(KV_ * hd_);
+            q.assign(all.begin(), all.begin() + nq);
+            k.assign(all.begin() + nq, all.begin() + nq + nkv);
+            v.assign(all.begin() + nq + nkv, all.end());
+        } else {
+            q = mv(b + "attn_q.weight", xb), k = mv(b + "attn_k.weight", xb), v = mv(b + "attn_v.weight", xb);
+        }
         add_bias(q, b + "attn_q.bias");
         add_bias(k, b + "attn_k.bias");
         add_bias(v, b + "attn_v.bias");
         head_norm(q, b + "attn_q_norm.weight");
         head_norm(k, b + "attn_k_norm.weight");
-        rope(q, p);
-        rope(k, p);
+        // Gemma alternates local (windowed) and global layers; the others window every layer.
+        const bool local = arch_ == "gemma2" ? l % 2 == 0 : arch_ == "gemma3" ? l % 6 != 5 : true;
+        rope(q, p, local && arch_ == "gemma3");
+        rope(k, p, local && arch_ == "gemma3");
         if (r_.f16_attention) {
             for (double& e : q) e = f16(e);
             for (double& e : k) e = f16(e);
@@ -261,14 +323,27 @@ private:
         }
         K.push_back(k);
         V.push_back(v);
+        const size_t first = local && window_ > 0 && p + 1 > static_cast<size_t>(window_) ? p + 1 - window_ : 0;
         std::vector<double> att(q.size(), 0.0);
-        for (int h = 0; h < H_; ++h) attend(q, K, V, h, att);
+        for (int h = 0; h < H_; ++h) attend(q, K, V, h, att, first);
         auto o = mv(b + "attn_output.weight", att);
+        if (has(b + "post_attention_norm.weight")) o = rms(o, w(b + "post_attention_norm.weight"));
         for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
         xb = rms(x, w(b + "ffn_norm.weight"));
-        auto g = mv(b + "ffn_gate.weight", xb), u = mv(b + "ffn_up.weight", xb);
-        for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+        std::vector<double> g, u;
+        if (has(b + "ffn_gate.weight")) {
+            g = mv(b + "ffn_gate.weight", xb), u = mv(b + "ffn_up.weight", xb);
+        } else {  // phi3: gate | up in one product
+            const auto gu = mv(b + "ffn_up.weight", xb);
+            g.assign(gu.begin(), gu.begin() + static_cast<long>(gu.size() / 2));
+            u.assign(gu.begin() + static_cast<long>(gu.size() / 2), gu.end());
+        }
+        for (size_t i = 0; i < g.size(); ++i)
+            g[i] = (gemma_ ? 0.5 * g[i] * (1 + std::tanh(std::sqrt(2 / M_PI) * (g[i] + 0.044715 * std::pow(g[i], 3))))
+                           : g[i] / (1 + std::exp(-g[i]))) *
+                   u[i];
         auto dn = mv(b + "ffn_down.weight", g);
+        if (has(b + "post_ffw_norm.weight")) dn = rms(dn, w(b + "post_ffw_norm.weight"));
         for (size_t i = 0; i < x.size(); ++i) x[i] += dn[i];
     }
 
@@ -277,7 +352,9 @@ private:
     std::string arch_, out_name_;
     int L_ = 0, d_ = 0, H_ = 0, KV_ = 0, hd_ = 0, rope_dim_ = 0, n_vocab_ = 0;
     double base_ = 10000, eps_ = 1e-5, pos_div_ = 1;
-    bool neox_ = false;
+    double orig_ctx_ = 0, beta_fast_ = 32, beta_slow_ = 1, mscale_ = 1, attn_cap_ = 0, final_cap_ = 0, base_local_ = 0;
+    int window_ = 0;
+    bool neox_ = false, yarn_ = false, gemma_ = false;
     std::vector<double> freqs_;
     std::map<std::string, std::vector<double>> cache_;
 };

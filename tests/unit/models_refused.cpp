@@ -76,22 +76,29 @@ const auto kNothing = [](loom::model::GgufWriter&) {};
 TEST_CASE("an unsupported architecture is refused by name") {
     loom::test::TempDir dir;
     loom::test::ArchSpec s;
-    s.arch = "gemma2";
+    s.arch = "falcon";
     loom::test::write_arch_model(s, dir.path + "/m.gguf");
     const std::string msg = load_error(dir.path + "/m.gguf");
-    CHECK(msg == "unsupported architecture 'gemma2' (supported: llama, mistral, qwen2, qwen3)");
+    CHECK(msg == "unsupported architecture 'falcon' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3)");
 }
 
-TEST_CASE("RoPE scaling other than none/linear is refused, naming the type") {
+TEST_CASE("RoPE scaling other than none/linear/yarn is refused, naming the type") {
     loom::test::TempDir dir;
     const std::string p = rewrite(dir, {}, kKeepAll, [](loom::model::GgufWriter& w) {
-        w.add_string("llama.rope.scaling.type", "yarn");
+        w.add_string("llama.rope.scaling.type", "longrope");
         w.add_f32("llama.rope.scaling.factor", 4.0f);
     });
     const std::string msg = load_error(p);
     INFO(msg);
-    CHECK(msg.find("RoPE scaling type 'yarn'") != std::string::npos);
+    CHECK(msg.find("RoPE scaling type 'longrope'") != std::string::npos);
     CHECK(msg.find("not supported") != std::string::npos);
+
+    // YaRN needs the context it extends.
+    const std::string y = rewrite(dir, {}, kKeepAll, [](loom::model::GgufWriter& w) {
+        w.add_string("llama.rope.scaling.type", "yarn");
+        w.add_f32("llama.rope.scaling.factor", 4.0f);
+    });
+    CHECK(load_error(y) == "llama.rope.scaling.type is yarn but llama.rope.scaling.original_context_length is absent");
 
     // A type with factor 1 (or none) scales nothing and loads.
     const std::string q = rewrite(dir, {}, kKeepAll, [](loom::model::GgufWriter& w) {
