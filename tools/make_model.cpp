@@ -1,12 +1,21 @@
-// loom-make-model: writes a random-weight GGUF of any llama-family shape and tensor type.
+// loom-make-model: writes a random-weight GGUF of a llama-family, Gemma 2/3 or Phi-3 shape
+// and any tensor type.
 //
-// The file follows llama.cpp's "llama" tensor layout and GGUF keys (GGUF spec,
-// ggml/docs/gguf.md; tensor names of llama.cpp's LLM_ARCH_LLAMA / QWEN2 / QWEN3):
+// The file follows llama.cpp's tensor layout and GGUF keys (GGUF spec, ggml/docs/gguf.md;
+// tensor names of llama.cpp's LLM_ARCH_LLAMA / QWEN2 / QWEN3 / GEMMA2 / GEMMA3 / PHI3):
 //   token_embd.weight [dim, vocab], output_norm.weight [dim], output.weight [dim, vocab]
 //   (absent with --tied), and per layer N: blk.N.attn_norm.weight [dim],
 //   attn_q [dim, heads*hd], attn_k / attn_v [dim, kv_heads*hd], attn_output
 //   [heads*hd, dim], ffn_norm [dim], ffn_gate / ffn_up [dim, ffn], ffn_down [ffn, dim];
-//   qwen2 adds attn_q/k/v.bias, qwen3 adds attn_q_norm / attn_k_norm [hd].
+//   qwen2 adds attn_q/k/v.bias, qwen3 adds attn_q_norm / attn_k_norm [hd]; gemma2 and
+//   gemma3 add post_attention_norm and post_ffw_norm [dim] and tie the output (gemma3 also
+//   has the q/k norms; keys: soft-caps 50/30 for gemma2, rope.freq_base_swa 10000 for
+//   gemma3, attention.sliding_window 4096 unless --sliding-window); phi3 has attn_qkv [dim,
+//   (heads + 2 kv_heads) hd] for attn_q/k/v, ffn_up [dim, 2 ffn] (gate, then up) and no
+//   ffn_gate, and LongRoPE: rope_factors_short/long.weight [hd/2] (1 + N(0, 0.2^2)),
+//   rope.scaling.original_context_length ctx / 4 and attn_factor sqrt(1 + ln 4 / ln(ctx / 4)).
+// --sliding-window N and --rope-scaling linear|yarn (with --rope-factor, --rope-orig-ctx)
+// write `<arch>.attention.sliding_window` and `<arch>.rope.scaling.*` for any architecture.
 // Values: norm weights 1 + N(0, 0.02^2) in F32; matrices and biases N(0, 0.02^2); the
 // output matrix (or, when tied, the embedding) N(0, (3/sqrt(dim))^2), so that logits
 // of an RMS-normalized state have a standard deviation of about 3.
@@ -55,7 +64,9 @@ using loom::model::GgmlType;
 struct Options {
     std::string out, arch = "llama", type = "f16", preset = "tiny", chat_template;
     int layers = 0, dim = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, threads = 0;
-    double rope_base = 0;
+    double rope_base = 0, rope_factor = 0;
+    int sliding_window = 0, rope_orig_ctx = 0;
+    std::string rope_scaling;
     bool tied = false, help = false;
     uint64_t seed = 1;
 };
@@ -64,13 +75,18 @@ struct Options {
 void usage(std::FILE* out) {
     std::fprintf(out,
                  "usage: loom-make-model --out PATH [options]\n"
-                 "Writes a random-weight GGUF of a llama-family shape (llama.cpp's tensor names and keys).\n\n"
+                 "Writes a random-weight GGUF of a llama-family, Gemma or Phi-3 shape (llama.cpp's tensor names\n"
+                 "and keys).\n\n"
                  "  --out PATH          the GGUF file to write (required)\n"
                  "  --preset NAME       tiny (default: 2 layers, dim 256, vocab 512, ctx 1024),\n"
                  "                      llama3-8b, llama3-1b (their shapes; the flags below override)\n"
-                 "  --arch NAME         llama (default), mistral, qwen2 (q/k/v biases), qwen3 (q/k norms)\n"
+                 "  --arch NAME         llama (default), mistral, qwen2 (q/k/v biases), qwen3 (q/k norms),\n"
+                 "                      gemma2, gemma3 (tied; window 4096), phi3 (fused QKV, gate/up; LongRoPE)\n"
                  "  --layers N --dim N --heads N --kv-heads N --ffn N --vocab N (>= 260) --ctx N\n"
                  "  --rope-base X       RoPE frequency base\n"
+                 "  --sliding-window N  declare attention.sliding_window N (gemma: its local layers)\n"
+                 "  --rope-scaling T    linear|yarn, with --rope-factor X (> 1) and, for yarn,\n"
+                 "                      --rope-orig-ctx N (default: --ctx / factor)\n"
                  "  --tied              no output.weight: the output projection is token_embd\n"
                  "  --type T            f32|f16 (default)|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|\n"
                  "                      q6_k|iq4_nl|iq4_xs|q4_k_m (every matrix; q4_k_m: llama.cpp's mixture)\n"
@@ -126,7 +142,8 @@ Options parse(int argc, char** argv) {
     };
     num("--layers", o.layers), num("--dim", o.dim), num("--heads", o.heads), num("--kv-heads", o.kv_heads);
     num("--ffn", o.ffn), num("--vocab", o.vocab), num("--ctx", o.ctx), num("--rope-base", o.rope_base);
-    num("--threads", o.threads);
+    num("--threads", o.threads), num("--sliding-window", o.sliding_window), num("--rope-factor", o.rope_factor);
+    num("--rope-orig-ctx", o.rope_orig_ctx);
     if (auto it = flags.find("--seed"); it != flags.end()) {
         char* end = nullptr;
         o.seed = std::strtoull(it->second.c_str(), &end, 10);
@@ -134,18 +151,30 @@ Options parse(int argc, char** argv) {
         flags.erase(it);
     }
     if (flags.erase("--tied")) o.tied = true;
-    for (const char* key : {"--out", "--arch", "--type", "--preset", "--chat-template"})
+    for (const char* key : {"--out", "--arch", "--type", "--preset", "--chat-template", "--rope-scaling"})
         if (auto it = flags.find(key); it != flags.end()) {
             if (std::string(key) == "--out") o.out = it->second;
             if (std::string(key) == "--arch") o.arch = it->second;
             if (std::string(key) == "--type") o.type = it->second;
             if (std::string(key) == "--chat-template") o.chat_template = it->second;
+            if (std::string(key) == "--rope-scaling") o.rope_scaling = it->second;
             flags.erase(it);
         }
     if (!flags.empty()) throw std::invalid_argument("unknown flag " + flags.begin()->first);
     if (o.out.empty()) throw std::invalid_argument("--out is required");
-    if (o.arch != "llama" && o.arch != "mistral" && o.arch != "qwen2" && o.arch != "qwen3")
+    static const char* const kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    if (std::none_of(std::begin(kArchs), std::end(kArchs), [&](const char* a) { return o.arch == a; }))
         throw std::invalid_argument("unknown --arch " + o.arch);
+    if (o.arch.rfind("gemma", 0) == 0) {
+        o.tied = true;
+        if (o.sliding_window == 0) o.sliding_window = 4096;
+    }
+    if (!o.rope_scaling.empty() && o.rope_scaling != "linear" && o.rope_scaling != "yarn")
+        throw std::invalid_argument("--rope-scaling is linear or yarn");
+    if (!o.rope_scaling.empty() && !(o.rope_factor > 1))
+        throw std::invalid_argument("--rope-scaling needs --rope-factor above 1");
+    if (o.rope_scaling == "yarn" && o.rope_orig_ctx == 0)
+        o.rope_orig_ctx = std::max(1, static_cast<int>(o.ctx / o.rope_factor));
     if (o.dim % o.heads != 0 || o.heads % o.kv_heads != 0 || (o.dim / o.heads) % 2 != 0)
         throw std::invalid_argument("--dim must be a multiple of --heads (even head size), --heads of --kv-heads");
     if (o.vocab < 260) throw std::invalid_argument("--vocab must be at least 260 (3 special + 256 byte tokens)");
@@ -217,27 +246,37 @@ std::vector<TensorPlan> plan_tensors(const Options& o, const TypeChoice& tc) {
     };
     matrix("token_embd.weight", dim, o.vocab, tc.k_m && o.tied);
     if (o.tied) t.back().init = Init::Output, t.back().std = out_std;
+    if (o.arch == "phi3")
+        for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"})
+            t.push_back({name, {hd / 2}, GgmlType::F32, Init::Norm, 0.2f});
     for (int l = 0; l < o.layers; ++l) {
         const std::string b = "blk." + std::to_string(l) + ".";
         const bool more = tc.k_m && more_bits(l, o.layers);
+        const bool gemma = o.arch.rfind("gemma", 0) == 0, phi3 = o.arch == "phi3";
         t.push_back({b + "attn_norm.weight", {dim}, GgmlType::F32, Init::Norm, 0.02f});
-        matrix(b + "attn_q.weight", dim, q, false);
-        matrix(b + "attn_k.weight", dim, kv, false);
-        matrix(b + "attn_v.weight", dim, kv, more);
+        if (phi3) {
+            matrix(b + "attn_qkv.weight", dim, q + 2 * kv, more);
+        } else {
+            matrix(b + "attn_q.weight", dim, q, false);
+            matrix(b + "attn_k.weight", dim, kv, false);
+            matrix(b + "attn_v.weight", dim, kv, more);
+        }
         if (o.arch == "qwen2") {
             t.push_back({b + "attn_q.bias", {q}, GgmlType::F32, Init::Normal, 0.02f});
             t.push_back({b + "attn_k.bias", {kv}, GgmlType::F32, Init::Normal, 0.02f});
             t.push_back({b + "attn_v.bias", {kv}, GgmlType::F32, Init::Normal, 0.02f});
         }
-        if (o.arch == "qwen3") {
+        if (o.arch == "qwen3" || o.arch == "gemma3") {
             t.push_back({b + "attn_q_norm.weight", {hd}, GgmlType::F32, Init::Norm, 0.02f});
             t.push_back({b + "attn_k_norm.weight", {hd}, GgmlType::F32, Init::Norm, 0.02f});
         }
         matrix(b + "attn_output.weight", q, dim, false);
+        if (gemma) t.push_back({b + "post_attention_norm.weight", {dim}, GgmlType::F32, Init::Norm, 0.02f});
         t.push_back({b + "ffn_norm.weight", {dim}, GgmlType::F32, Init::Norm, 0.02f});
-        matrix(b + "ffn_gate.weight", dim, o.ffn, false);
-        matrix(b + "ffn_up.weight", dim, o.ffn, false);
+        if (!phi3) matrix(b + "ffn_gate.weight", dim, o.ffn, false);
+        matrix(b + "ffn_up.weight", dim, phi3 ? 2 * uint64_t(o.ffn) : uint64_t(o.ffn), false);
         matrix(b + "ffn_down.weight", o.ffn, dim, more);
+        if (gemma) t.push_back({b + "post_ffw_norm.weight", {dim}, GgmlType::F32, Init::Norm, 0.02f});
     }
     t.push_back({"output_norm.weight", {dim}, GgmlType::F32, Init::Norm, 0.02f});
     if (!o.tied) {
@@ -399,8 +438,30 @@ int main(int argc, char** argv) {
     w.add_u32(a + ".attention.head_count_kv", o.kv_heads);
     w.add_f32(a + ".rope.freq_base", static_cast<float>(o.rope_base));
     w.add_u32(a + ".rope.dimension_count", o.dim / o.heads);
-    w.add_f32(a + ".attention.layer_norm_rms_epsilon", a.rfind("qwen", 0) == 0 ? 1e-6f : 1e-5f);
+    w.add_f32(a + ".attention.layer_norm_rms_epsilon",
+              a.rfind("qwen", 0) == 0 || a.rfind("gemma", 0) == 0 ? 1e-6f : 1e-5f);
     w.add_u32(a + ".vocab_size", o.vocab);
+    if (o.sliding_window > 0) w.add_u32(a + ".attention.sliding_window", o.sliding_window);
+    if (!o.rope_scaling.empty()) {
+        w.add_string(a + ".rope.scaling.type", o.rope_scaling);
+        w.add_f32(a + ".rope.scaling.factor", static_cast<float>(o.rope_factor));
+        if (o.rope_orig_ctx > 0) w.add_u32(a + ".rope.scaling.original_context_length", o.rope_orig_ctx);
+    }
+    if (a == "gemma2" || a == "gemma3") {
+        w.add_u32(a + ".attention.key_length", o.dim / o.heads);
+        w.add_u32(a + ".attention.value_length", o.dim / o.heads);
+    }
+    if (a == "gemma2") {
+        w.add_f32(a + ".attn_logit_softcapping", 50.0f);
+        w.add_f32(a + ".final_logit_softcapping", 30.0f);
+    }
+    if (a == "gemma3") w.add_f32(a + ".rope.freq_base_swa", 10000.0f);
+    if (a == "phi3" && o.rope_scaling.empty()) {  // LongRoPE from a quarter of the context
+        const int orig = std::max(1, o.ctx / 4);
+        w.add_u32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(orig));
+        w.add_f32(a + ".rope.scaling.attn_factor",
+                  static_cast<float>(std::sqrt(1.0 + std::log(4.0) / std::log(static_cast<double>(orig)))));
+    }
     add_vocab(w, o.vocab);
     if (!chat_template.empty()) w.add_string("tokenizer.chat_template", chat_template);
     for (const TensorPlan& t : plan) w.add_tensor_info(t.name, t.dims, static_cast<uint32_t>(t.type));
