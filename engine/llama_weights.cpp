@@ -22,10 +22,10 @@ LlamaWeights LlamaWeights::bind(const GgufFile& f, const MatrixTypes& types) {
     w.neox_rope = arch == "qwen2" || arch == "qwen3";
 
     const int64_t d = hp.n_embd, hd = hp.head_dim, nq = int64_t{hp.n_head} * hd, nkv = int64_t{hp.n_head_kv} * hd;
-    w.tok_embd = bind_embeddings(f, hp, types);
-    w.output_norm = bind_vector(need_tensor(f, "output_norm.weight"), d);
-    w.output =
-        f.tensor("output.weight") ? bind_matrix(need_tensor(f, "output.weight"), d, hp.n_vocab, types) : w.tok_embd;
+    IoWeights io = IoWeights::bind(f, hp, types);
+    w.tok_embd = io.tok_embd;
+    w.output_norm = std::move(io.output_norm);
+    w.output = io.output;
     w.rope_freqs = bind_optional_vector(f, "rope_freqs.weight", hp.rope_dim / 2);
 
     for (int32_t l = 0; l < hp.n_layer; ++l) {

@@ -67,4 +67,13 @@ Matrix bind_embeddings(const model::GgufFile& f, const model::HParams& hp, const
     return m;
 }
 
+IoWeights IoWeights::bind(const model::GgufFile& f, const model::HParams& hp, const MatrixTypes& types) {
+    IoWeights w;
+    w.tok_embd = bind_embeddings(f, hp, types);
+    w.output_norm = bind_vector(need_tensor(f, "output_norm.weight"), hp.n_embd);
+    const model::GgufTensor* out = f.tensor("output.weight");
+    w.output = out ? bind_matrix(*out, hp.n_embd, hp.n_vocab, types) : w.tok_embd;
+    return w;
+}
+
 }  // namespace loom::engine

@@ -49,4 +49,15 @@ std::vector<float> bind_optional_vector(const model::GgufFile& f, const std::str
 /// Throws model::ModelError like bind_matrix, or naming the type when rows cannot be decoded.
 Matrix bind_embeddings(const model::GgufFile& f, const model::HParams& hp, const MatrixTypes& types);
 
+/// The input and output weights most architectures share: the embeddings, the final norm and
+/// the output projection (token_embd when output.weight is absent: tied).
+struct IoWeights {
+    Matrix tok_embd;                 ///< [n_vocab x n_embd]
+    std::vector<float> output_norm;  ///< [n_embd]
+    Matrix output;                   ///< [n_vocab x n_embd]
+
+    /// Binds them. Throws model::ModelError like bind_embeddings, bind_vector, bind_matrix.
+    static IoWeights bind(const model::GgufFile& f, const model::HParams& hp, const MatrixTypes& types);
+};
+
 }  // namespace loom::engine

@@ -50,6 +50,33 @@ void rope_store_kv(const Batch& batch, int64_t layer, const Rope& rope, float* q
     }
 }
 
+AttnSpec AttnSpec::of(const model::HParams& hp) {
+    AttnSpec s;
+    s.n_head = hp.n_head;
+    s.n_head_kv = hp.n_head_kv;
+    s.head_dim = hp.head_dim;
+    s.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+    return s;
+}
+
+void StepBuffers::resize(const model::HParams& hp, int64_t T, std::vector<float>& x) {
+    const int64_t d = hp.n_embd, nq = int64_t{hp.n_head} * hp.head_dim, nkv = int64_t{hp.n_head_kv} * hp.head_dim;
+    x.resize(static_cast<size_t>(T * d));
+    xb.resize(static_cast<size_t>(T * std::max(d, nq)));
+    q.resize(static_cast<size_t>(T * nq));
+    k.resize(static_cast<size_t>(T * nkv));
+    v.resize(static_cast<size_t>(T * nkv));
+    att.resize(static_cast<size_t>(T * nq));
+}
+
+void output_logits(Compute& compute, const float* x, int64_t n, const std::vector<float>& norm, float eps,
+                   const engine::Matrix& output, std::vector<float>& xn, float* out) {
+    const int64_t d = output.cols;
+    xn.resize(static_cast<size_t>(n * d));
+    rmsnorm_rows(xn.data(), x, norm, n, d, eps);
+    compute.matmul({{&output, out}}, xn.data(), n);
+}
+
 void attention(Compute& compute, const Batch& batch, int64_t layer, const AttnSpec& spec, const float* q, float* out) {
     const int64_t T = batch.size(), hd = spec.head_dim, nq = spec.n_head * hd;
     const int64_t group = spec.n_head / spec.n_head_kv;

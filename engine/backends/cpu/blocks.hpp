@@ -50,7 +50,24 @@ struct AttnSpec {
     float scale = 1.0f;                               ///< scores q.k * scale
     float softcap = 0.0f;                             ///< > 0: scores soft-capped (attend_paged)
     int32_t window = 0;                               ///< > 0: position p attends to positions p - window + 1 .. p only
+
+    /// hp's heads, scale 1/sqrt(head_dim) (in F32), no soft-cap, no window.
+    static AttnSpec of(const model::HParams& hp);
 };
+
+/// The buffers of one step's attention block for T tokens of a model of hp's shape:
+/// xb [T x max(n_embd, nq)] (the normalised input, then a projection back to n_embd),
+/// q and att [T x nq], k and v [T x nkv] (nq = n_head * head_dim, nkv = n_head_kv * head_dim).
+struct StepBuffers {
+    std::vector<float> xb, q, k, v, att;
+    /// Resizes them, and x to [T x n_embd].
+    void resize(const model::HParams& hp, int64_t T, std::vector<float>& x);
+};
+
+/// out [n x n_vocab] = output . rmsnorm(x[k], norm, eps) for the n rows of x [n x n_embd]
+/// (xn: scratch, resized), the output head of every architecture (before any soft-cap).
+void output_logits(Compute& compute, const float* x, int64_t n, const std::vector<float>& norm, float eps,
+                   const engine::Matrix& output, std::vector<float>& xn, float* out);
 
 /// out [T x n_head*hd] = causal attention of every query head of q [T x n_head*hd] over its
 /// sequence's positions 0..pos[t] (or the window) of `layer` in the pool, in parallel over

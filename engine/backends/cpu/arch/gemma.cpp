@@ -61,10 +61,7 @@ public:
         const bool big = hp_.n_layer == (g3 ? 62 : 46);
         scale_ = 1.0f / std::sqrt(static_cast<float>(big ? hp_.n_embd / hp_.n_head : hd));
 
-        tok_embd_ = engine::bind_embeddings(f, hp_, types);
-        output_norm_ = bind_vector(need_tensor(f, "output_norm.weight"), d);
-        output_ =
-            f.tensor("output.weight") ? bind_matrix(need_tensor(f, "output.weight"), d, hp_.n_vocab, types) : tok_embd_;
+        io_ = engine::IoWeights::bind(f, hp_, types);
         for (int32_t l = 0; l < hp_.n_layer; ++l) {
             const std::string p = "blk." + std::to_string(l) + ".";
             GemmaLayer L;
@@ -102,47 +99,36 @@ public:
 
     void forward(const Batch& batch, std::vector<float>& x) override {
         const int64_t T = batch.size(), d = hp_.n_embd, hd = hp_.head_dim;
-        const int64_t nq = int64_t{hp_.n_head} * hd, nkv = int64_t{hp_.n_head_kv} * hd;
-        x.resize(static_cast<size_t>(T * d));
-        xb_.resize(static_cast<size_t>(T * std::max(d, nq)));
-        q_.resize(static_cast<size_t>(T * nq));
-        k_.resize(static_cast<size_t>(T * nkv));
-        v_.resize(static_cast<size_t>(T * nkv));
-        att_.resize(static_cast<size_t>(T * nq));
+        b_.resize(hp_, T, x);
         rope_global_->prepare(batch.pos);
         rope_local_->prepare(batch.pos);
-        embed(tok_embd_, batch.tokens, std::sqrt(static_cast<float>(d)), x.data());
-        AttnSpec spec;
-        spec.n_head = hp_.n_head;
-        spec.n_head_kv = hp_.n_head_kv;
-        spec.head_dim = hd;
+        embed(io_.tok_embd, batch.tokens, std::sqrt(static_cast<float>(d)), x.data());
+        AttnSpec spec = AttnSpec::of(hp_);
         spec.scale = scale_;
         spec.softcap = attn_softcap_;
         for (size_t l = 0; l < layers_.size(); ++l) {
             const GemmaLayer& L = layers_[l];
             const auto layer = static_cast<int64_t>(l);
-            rmsnorm_rows(xb_.data(), x.data(), L.attn_norm, T, d, hp_.rms_eps);
-            c_.matmul({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xb_.data(), T);
-            head_rmsnorm(q_.data(), T * hp_.n_head, hd, L.q_norm, hp_.rms_eps);
-            head_rmsnorm(k_.data(), T * hp_.n_head_kv, hd, L.k_norm, hp_.rms_eps);
+            rmsnorm_rows(b_.xb.data(), x.data(), L.attn_norm, T, d, hp_.rms_eps);
+            c_.matmul({{&L.wq, b_.q.data()}, {&L.wk, b_.k.data()}, {&L.wv, b_.v.data()}}, b_.xb.data(), T);
+            head_rmsnorm(b_.q.data(), T * hp_.n_head, hd, L.q_norm, hp_.rms_eps);
+            head_rmsnorm(b_.k.data(), T * hp_.n_head_kv, hd, L.k_norm, hp_.rms_eps);
             const Rope& rope = L.local ? *rope_local_ : *rope_global_;
-            rope_store_kv(batch, layer, rope, q_.data(), hp_.n_head, k_.data(), v_.data(), hp_.n_head_kv, hd);
+            rope_store_kv(batch, layer, rope, b_.q.data(), hp_.n_head, b_.k.data(), b_.v.data(), hp_.n_head_kv, hd);
             spec.window = L.local ? hp_.sliding_window : 0;
-            attention(c_, batch, layer, spec, q_.data(), att_.data());
-            c_.matmul({{&L.wo, xb_.data()}}, att_.data(), T);
-            rmsnorm_rows(xb_.data(), xb_.data(), L.post_attn_norm, T, d, hp_.rms_eps);
-            add_rows(x.data(), xb_.data(), T * d);
-            rmsnorm_rows(xb_.data(), x.data(), L.ffn_norm, T, d, hp_.rms_eps);
-            ffn(L, xb_.data(), T);
-            rmsnorm_rows(xb_.data(), xb_.data(), L.post_ffw_norm, T, d, hp_.rms_eps);
-            add_rows(x.data(), xb_.data(), T * d);
+            attention(c_, batch, layer, spec, b_.q.data(), b_.att.data());
+            c_.matmul({{&L.wo, b_.xb.data()}}, b_.att.data(), T);
+            rmsnorm_rows(b_.xb.data(), b_.xb.data(), L.post_attn_norm, T, d, hp_.rms_eps);
+            add_rows(x.data(), b_.xb.data(), T * d);
+            rmsnorm_rows(b_.xb.data(), x.data(), L.ffn_norm, T, d, hp_.rms_eps);
+            ffn(L, b_.xb.data(), T);
+            rmsnorm_rows(b_.xb.data(), b_.xb.data(), L.post_ffw_norm, T, d, hp_.rms_eps);
+            add_rows(x.data(), b_.xb.data(), T * d);
         }
     }
 
     void logits(const float* x, int64_t n, float* out) override {
-        xn_.resize(static_cast<size_t>(n * hp_.n_embd));
-        rmsnorm_rows(xn_.data(), x, output_norm_, n, hp_.n_embd, hp_.rms_eps);
-        c_.matmul({{&output_, out}}, xn_.data(), n);
+        output_logits(c_, x, n, io_.output_norm, hp_.rms_eps, io_.output, xn_, out);
         if (final_softcap_ > 0) softcap(out, n * hp_.n_vocab, final_softcap_);
     }
 
@@ -160,11 +146,11 @@ private:
     model::HParams hp_;
     Compute& c_;
     float scale_ = 1.0f, attn_softcap_ = 0.0f, final_softcap_ = 0.0f;
-    Matrix tok_embd_, output_;
-    std::vector<float> output_norm_;
+    engine::IoWeights io_;
     std::vector<GemmaLayer> layers_;
     std::optional<Rope> rope_global_, rope_local_;
-    std::vector<float> xb_, q_, k_, v_, att_, g_, u_, xn_;
+    StepBuffers b_;
+    std::vector<float> g_, u_, xn_;
 };
 
 }  // namespace

@@ -35,47 +35,35 @@ public:
     void forward(const Batch& batch, std::vector<float>& x) override {
         const auto& hp = w_.hp;
         const int64_t T = batch.size(), d = hp.n_embd, hd = hp.head_dim;
-        const int64_t nq = int64_t{hp.n_head} * hd, nkv = int64_t{hp.n_head_kv} * hd;
-        x.resize(static_cast<size_t>(T * d));
-        xb_.resize(static_cast<size_t>(T * std::max(d, nq)));
-        q_.resize(static_cast<size_t>(T * nq));
-        k_.resize(static_cast<size_t>(T * nkv));
-        v_.resize(static_cast<size_t>(T * nkv));
-        att_.resize(static_cast<size_t>(T * nq));
+        b_.resize(hp, T, x);
         rope_.prepare(batch.pos);
         embed(w_.tok_embd, batch.tokens, 1.0f, x.data());
-        AttnSpec spec;
-        spec.n_head = hp.n_head;
-        spec.n_head_kv = hp.n_head_kv;
-        spec.head_dim = hd;
-        spec.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        AttnSpec spec = AttnSpec::of(hp);
         spec.window = hp.sliding_window;
         for (size_t l = 0; l < w_.layers.size(); ++l) {
             const LayerWeights& L = w_.layers[l];
             const auto layer = static_cast<int64_t>(l);
             // Attention block.
-            rmsnorm_rows(xb_.data(), x.data(), L.attn_norm, T, d, hp.rms_eps);
-            c_.matmul({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xb_.data(), T);
-            add_bias(q_.data(), L.bq, T);
-            add_bias(k_.data(), L.bk, T);
-            add_bias(v_.data(), L.bv, T);
-            head_rmsnorm(q_.data(), T * hp.n_head, hd, L.q_norm, hp.rms_eps);
-            head_rmsnorm(k_.data(), T * hp.n_head_kv, hd, L.k_norm, hp.rms_eps);
-            rope_store_kv(batch, layer, rope_, q_.data(), hp.n_head, k_.data(), v_.data(), hp.n_head_kv, hd);
-            attention(c_, batch, layer, spec, q_.data(), att_.data());
-            c_.matmul({{&L.wo, xb_.data()}}, att_.data(), T);
-            add_rows(x.data(), xb_.data(), T * d);
+            rmsnorm_rows(b_.xb.data(), x.data(), L.attn_norm, T, d, hp.rms_eps);
+            c_.matmul({{&L.wq, b_.q.data()}, {&L.wk, b_.k.data()}, {&L.wv, b_.v.data()}}, b_.xb.data(), T);
+            add_bias(b_.q.data(), L.bq, T);
+            add_bias(b_.k.data(), L.bk, T);
+            add_bias(b_.v.data(), L.bv, T);
+            head_rmsnorm(b_.q.data(), T * hp.n_head, hd, L.q_norm, hp.rms_eps);
+            head_rmsnorm(b_.k.data(), T * hp.n_head_kv, hd, L.k_norm, hp.rms_eps);
+            rope_store_kv(batch, layer, rope_, b_.q.data(), hp.n_head, b_.k.data(), b_.v.data(), hp.n_head_kv, hd);
+            attention(c_, batch, layer, spec, b_.q.data(), b_.att.data());
+            c_.matmul({{&L.wo, b_.xb.data()}}, b_.att.data(), T);
+            add_rows(x.data(), b_.xb.data(), T * d);
             // Feed-forward block.
-            rmsnorm_rows(xb_.data(), x.data(), L.ffn_norm, T, d, hp.rms_eps);
-            ffn(L, xb_.data(), T);
-            add_rows(x.data(), xb_.data(), T * d);
+            rmsnorm_rows(b_.xb.data(), x.data(), L.ffn_norm, T, d, hp.rms_eps);
+            ffn(L, b_.xb.data(), T);
+            add_rows(x.data(), b_.xb.data(), T * d);
         }
     }
 
     void logits(const float* x, int64_t n, float* out) override {
-        xn_.resize(static_cast<size_t>(n * w_.hp.n_embd));
-        rmsnorm_rows(xn_.data(), x, w_.output_norm, n, w_.hp.n_embd, w_.hp.rms_eps);
-        c_.matmul({{&w_.output, out}}, xn_.data(), n);
+        output_logits(c_, x, n, w_.output_norm, w_.hp.rms_eps, w_.output, xn_, out);
     }
 
 private:
@@ -92,7 +80,8 @@ private:
     LlamaWeights w_;
     Compute& c_;
     Rope rope_;
-    std::vector<float> xb_, q_, k_, v_, att_, g_, u_, xn_;
+    StepBuffers b_;
+    std::vector<float> g_, u_, xn_;
 };
 
 }  // namespace

@@ -43,10 +43,7 @@ public:
         const engine::MatrixTypes types{"the CPU backend", can_dot};
         const int64_t d = hp_.n_embd, hd = hp_.head_dim, nq = int64_t{hp_.n_head} * hd,
                       nkv = int64_t{hp_.n_head_kv} * hd;
-        tok_embd_ = engine::bind_embeddings(f, hp_, types);
-        output_norm_ = bind_vector(need_tensor(f, "output_norm.weight"), d);
-        output_ =
-            f.tensor("output.weight") ? bind_matrix(need_tensor(f, "output.weight"), d, hp_.n_vocab, types) : tok_embd_;
+        io_ = engine::IoWeights::bind(f, hp_, types);
         short_ = bind_optional_vector(f, "rope_factors_short.weight", hp_.rope_dim / 2);
         long_ = bind_optional_vector(f, "rope_factors_long.weight", hp_.rope_dim / 2);
         if (short_.empty() != long_.empty())
@@ -75,46 +72,35 @@ public:
     void forward(const Batch& batch, std::vector<float>& x) override {
         const int64_t T = batch.size(), d = hp_.n_embd, hd = hp_.head_dim;
         const int64_t nq = int64_t{hp_.n_head} * hd, nkv = int64_t{hp_.n_head_kv} * hd, nqkv = nq + 2 * nkv;
-        x.resize(static_cast<size_t>(T * d));
-        xb_.resize(static_cast<size_t>(T * std::max(d, nq)));
+        b_.resize(hp_, T, x);
         qkv_.resize(static_cast<size_t>(T * nqkv));
-        q_.resize(static_cast<size_t>(T * nq));
-        k_.resize(static_cast<size_t>(T * nkv));
-        v_.resize(static_cast<size_t>(T * nkv));
-        att_.resize(static_cast<size_t>(T * nq));
         rope_->prepare(batch.pos);
-        embed(tok_embd_, batch.tokens, 1.0f, x.data());
-        AttnSpec spec;
-        spec.n_head = hp_.n_head;
-        spec.n_head_kv = hp_.n_head_kv;
-        spec.head_dim = hd;
-        spec.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        embed(io_.tok_embd, batch.tokens, 1.0f, x.data());
+        AttnSpec spec = AttnSpec::of(hp_);
         spec.window = hp_.sliding_window;
         for (size_t l = 0; l < layers_.size(); ++l) {
             const Phi3Layer& L = layers_[l];
             const auto layer = static_cast<int64_t>(l);
-            rmsnorm_rows(xb_.data(), x.data(), L.attn_norm, T, d, hp_.rms_eps);
-            c_.matmul({{&L.wqkv, qkv_.data()}}, xb_.data(), T);
+            rmsnorm_rows(b_.xb.data(), x.data(), L.attn_norm, T, d, hp_.rms_eps);
+            c_.matmul({{&L.wqkv, qkv_.data()}}, b_.xb.data(), T);
             for (int64_t t = 0; t < T; ++t) {  // split the fused rows into q, k, v
                 const float* r = &qkv_[static_cast<size_t>(t * nqkv)];
-                std::copy_n(r, nq, &q_[static_cast<size_t>(t * nq)]);
-                std::copy_n(r + nq, nkv, &k_[static_cast<size_t>(t * nkv)]);
-                std::copy_n(r + nq + nkv, nkv, &v_[static_cast<size_t>(t * nkv)]);
+                std::copy_n(r, nq, &b_.q[static_cast<size_t>(t * nq)]);
+                std::copy_n(r + nq, nkv, &b_.k[static_cast<size_t>(t * nkv)]);
+                std::copy_n(r + nq + nkv, nkv, &b_.v[static_cast<size_t>(t * nkv)]);
             }
-            rope_store_kv(batch, layer, *rope_, q_.data(), hp_.n_head, k_.data(), v_.data(), hp_.n_head_kv, hd);
-            attention(c_, batch, layer, spec, q_.data(), att_.data());
-            c_.matmul({{&L.wo, xb_.data()}}, att_.data(), T);
-            add_rows(x.data(), xb_.data(), T * d);
-            rmsnorm_rows(xb_.data(), x.data(), L.ffn_norm, T, d, hp_.rms_eps);
-            ffn(L, xb_.data(), T);
-            add_rows(x.data(), xb_.data(), T * d);
+            rope_store_kv(batch, layer, *rope_, b_.q.data(), hp_.n_head, b_.k.data(), b_.v.data(), hp_.n_head_kv, hd);
+            attention(c_, batch, layer, spec, b_.q.data(), b_.att.data());
+            c_.matmul({{&L.wo, b_.xb.data()}}, b_.att.data(), T);
+            add_rows(x.data(), b_.xb.data(), T * d);
+            rmsnorm_rows(b_.xb.data(), x.data(), L.ffn_norm, T, d, hp_.rms_eps);
+            ffn(L, b_.xb.data(), T);
+            add_rows(x.data(), b_.xb.data(), T * d);
         }
     }
 
     void logits(const float* x, int64_t n, float* out) override {
-        xn_.resize(static_cast<size_t>(n * hp_.n_embd));
-        rmsnorm_rows(xn_.data(), x, output_norm_, n, hp_.n_embd, hp_.rms_eps);
-        c_.matmul({{&output_, out}}, xn_.data(), n);
+        output_logits(c_, x, n, io_.output_norm, hp_.rms_eps, io_.output, xn_, out);
     }
 
 private:
@@ -135,11 +121,12 @@ private:
 
     model::HParams hp_;
     Compute& c_;
-    Matrix tok_embd_, output_;
-    std::vector<float> output_norm_, short_, long_;
+    engine::IoWeights io_;
+    std::vector<float> short_, long_;
     std::vector<Phi3Layer> layers_;
     std::optional<Rope> rope_;
-    std::vector<float> xb_, qkv_, q_, k_, v_, att_, gu_, g_, xn_;
+    StepBuffers b_;
+    std::vector<float> qkv_, gu_, g_, xn_;
 };
 
 }  // namespace
