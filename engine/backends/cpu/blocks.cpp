@@ -107,6 +107,17 @@ void geglu(float* g, const float* u, int64_t n) {
     }
 }
 
+void gated_ffn(Compute& compute, const engine::Matrix& gate, const engine::Matrix& up, const engine::Matrix& down,
+               Gate act, float* xb, int64_t T, std::vector<float>& g, std::vector<float>& u) {
+    const int64_t ff = gate.rows;
+    g.resize(static_cast<size_t>(T * ff));
+    u.resize(static_cast<size_t>(T * ff));
+    compute.matmul({{&gate, g.data()}, {&up, u.data()}}, xb, T);
+    if (act == Gate::SiLU) swiglu(g.data(), u.data(), T * ff);
+    else geglu(g.data(), u.data(), T * ff);
+    compute.matmul({{&down, xb}}, g.data(), T);
+}
+
 void softcap(float* x, int64_t n, float cap) {
     for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
 }

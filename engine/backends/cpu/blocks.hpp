@@ -81,6 +81,15 @@ void swiglu(float* g, const float* u, int64_t n);
 /// tanh(sqrt(2/pi) (x + 0.044715 x^3))), Gemma's activation (gelu_pytorch_tanh).
 void geglu(float* g, const float* u, int64_t n);
 
+/// The activation of a gated feed-forward.
+enum class Gate { SiLU, GeluTanh };  ///< swiglu, geglu
+
+/// One gated feed-forward (a dense layer's FFN, or one expert of a mixture): xb [T x
+/// gate.cols] (normalised input) becomes down(act(gate xb) * up xb) in place; g and u are
+/// scratch (resized to T x gate.rows).
+void gated_ffn(Compute& compute, const engine::Matrix& gate, const engine::Matrix& up, const engine::Matrix& down,
+               Gate act, float* xb, int64_t T, std::vector<float>& g, std::vector<float>& u);
+
 /// x[i] = cap * tanh(x[i] / cap) for i < n (Gemma 2's final logit soft-cap); cap > 0.
 void softcap(float* x, int64_t n, float cap);
 

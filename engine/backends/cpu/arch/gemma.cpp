@@ -135,12 +135,7 @@ public:
 private:
     // The feed-forward step: xb [T x n_embd] (normalised) becomes down(gelu(gate xb) * up xb).
     void ffn(const GemmaLayer& L, float* xb, int64_t T) {
-        const int64_t ff = hp_.n_ff;
-        g_.resize(static_cast<size_t>(T * ff));
-        u_.resize(static_cast<size_t>(T * ff));
-        c_.matmul({{&L.gate, g_.data()}, {&L.up, u_.data()}}, xb, T);
-        geglu(g_.data(), u_.data(), T * ff);
-        c_.matmul({{&L.down, xb}}, g_.data(), T);
+        gated_ffn(c_, L.gate, L.up, L.down, Gate::GeluTanh, xb, T, g_, u_);
     }
 
     model::HParams hp_;

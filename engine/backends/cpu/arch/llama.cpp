@@ -69,12 +69,7 @@ public:
 private:
     // The feed-forward step: xb [T x n_embd] (normalised) becomes down(silu(gate xb) * up xb).
     void ffn(const LayerWeights& L, float* xb, int64_t T) {
-        const int64_t ff = w_.hp.n_ff;
-        g_.resize(static_cast<size_t>(T * ff));
-        u_.resize(static_cast<size_t>(T * ff));
-        c_.matmul({{&L.gate, g_.data()}, {&L.up, u_.data()}}, xb, T);
-        swiglu(g_.data(), u_.data(), T * ff);
-        c_.matmul({{&L.down, xb}}, g_.data(), T);
+        gated_ffn(c_, L.gate, L.up, L.down, Gate::SiLU, xb, T, g_, u_);
     }
 
     LlamaWeights w_;
