@@ -41,7 +41,7 @@ using engine::need_tensor;
 struct GemmaLayer {
     std::vector<float> attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffw_norm;
     Matrix wq, wk, wv, wo, gate, up, down;
-    bool local = false;  // sliding-window layer
+    bool local = false;  // a local layer: the window (if declared), Gemma 3's local RoPE
 };
 
 class Gemma final : public CpuArchitecture {
@@ -80,7 +80,7 @@ public:
             L.up = bind_matrix(need_tensor(f, p + "ffn_up.weight"), d, hp_.n_ff, types);
             L.down = bind_matrix(need_tensor(f, p + "ffn_down.weight"), hp_.n_ff, d, types);
             L.post_ffw_norm = bind_vector(need_tensor(f, p + "post_ffw_norm.weight"), d);
-            L.local = hp_.sliding_window > 0 && l % pattern < pattern - 1;
+            L.local = l % pattern < pattern - 1;
             layers_.push_back(std::move(L));
         }
         engine::RopeSpec global = engine::RopeSpec::from_hparams(hp_, {});
