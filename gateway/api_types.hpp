@@ -52,12 +52,19 @@ struct GenerationRequest {
     int top_logprobs = 0;               ///< alternatives per position, 0..20
     bool echo = false;                  ///< completions: prompt text and its logprobs first
     bool stream = false;
-    bool include_usage = false;                  ///< stream_options.include_usage
-    bool tokens_as_ids = false;                  ///< return_tokens_as_token_ids (vLLM): token = "token_id:<id>"
-    std::optional<int> prompt_logprobs;          ///< vLLM's prompt_logprobs: K alternatives per prompt position
-    bool return_token_ids = false;               ///< vLLM's return_token_ids: prompt_token_ids and token_ids
-    std::optional<std::string> instructions;     ///< responses: `instructions`, echoed in the response object
-    std::string metadata_json = "{}";            ///< responses: `metadata`, echoed (JSON text)
+    bool include_usage = false;               ///< stream_options.include_usage
+    bool continuous_usage = false;            ///< vLLM's stream_options.continuous_usage_stats: usage on every chunk
+    bool tokens_as_ids = false;               ///< return_tokens_as_token_ids (vLLM): token = "token_id:<id>"
+    std::optional<int> prompt_logprobs;       ///< vLLM's prompt_logprobs: K alternatives per prompt position
+    bool return_token_ids = false;            ///< vLLM's return_token_ids: prompt_token_ids and token_ids
+    std::optional<std::string> instructions;  ///< responses: `instructions`, echoed in the response object
+    std::string metadata_json = "{}";         ///< responses: `metadata`, echoed (JSON text)
+    /// responses: request members echoed in the response object, as JSON text.
+    struct ResponsesEcho {
+        std::string tools = "[]";                         ///< `tools` as sent
+        std::string tool_choice = "\"auto\"";             ///< `tool_choice` as sent
+        std::string text_format = "{\"type\":\"text\"}";  ///< `text.format` as sent
+    } responses_echo;
     OutputOptions output;                        ///< chat: how to split the output (tool calls, reasoning)
     std::optional<OutputConstraint> constraint;  ///< grammar the engine must enforce (needs its `grammar` capability)
 };

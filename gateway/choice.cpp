@@ -41,7 +41,7 @@ Choice::Choice(const model::Tokenizer& tok, const GenerationRequest& req, int in
       echo_(req.echo) {
     if (echo_ && prompt_index < req.prompt_texts.size() && req.prompt_texts[prompt_index])
         echo_text_ = align_prompt_text(tok, req.prompts[prompt_index], *req.prompt_texts[prompt_index]);
-    if (req.endpoint != Endpoint::ChatCompletions) return;
+    if (req.endpoint == Endpoint::Completions) return;
     if (auto parser = make_output_parser(req.output))
         split_ = std::make_unique<OutputSplitter>(tok, std::move(parser),
                                                   [family = req.output.tools] { return new_call_id(family); });
@@ -187,6 +187,10 @@ std::vector<ChoiceOut> Choice::chunks(Released rel, std::optional<std::string> f
         attach_extras(out.front(), !prompt_sent_);
         prompt_sent_ = true;
     }
+    if (req_.continuous_usage)
+        for (ChoiceOut& o : out)
+            o.usage = Usage{static_cast<int64_t>(req_.prompts[prompt_index_].size()),
+                            done_ ? completion_tokens() : text_asm_.generated(), cached_tokens_};
     return out;
 }
 

@@ -86,7 +86,8 @@ public:
     /// Streamed: the chunks of `rel` with `finish` on the last (none when there is
     /// nothing to send); a text_offset is the number of characters this choice sent
     /// before it. A chat whose output is split (tool calls, reasoning) sends content and
-    /// reasoning in one chunk, then one chunk per tool-call delta.
+    /// reasoning in one chunk, then one chunk per tool-call delta. With
+    /// continuous_usage_stats each chunk carries the choice's usage so far.
     std::vector<ChoiceOut> chunks(Released rel, std::optional<std::string> finish);
     /// Non-streamed: the whole choice (kept text and entries, finish reason); moves the
     /// kept text and entries out.

@@ -32,11 +32,13 @@ std::optional<Family> family_from_name(const FamilyName<Family> (&table)[N], std
     return std::nullopt;
 }
 
-/// Every name of `table` in its order, joined by ", " (for --help and error messages).
+/// Every name of `table` in its order, joined by ", " (for --help and error messages);
+/// the row of `skip`, when given, left out.
 template <class Family, std::size_t N>
-std::string family_names(const FamilyName<Family> (&table)[N]) {
+std::string family_names(const FamilyName<Family> (&table)[N], std::optional<Family> skip = std::nullopt) {
     std::string out;
     for (const FamilyName<Family>& n : table) {
+        if (skip && n.family == *skip) continue;
         if (!out.empty()) out += ", ";
         out += n.name;
     }

@@ -79,6 +79,14 @@ Form form_of(ToolFamily family, std::string_view tmpl) {
                         return std::vector<Piece>{lit(" to=functions." + n + "<|channel|>commentary json<|message|>"),
                                                   value(a), lit("<|call|>")};
                     }};
+        case ToolFamily::KimiK2:  // the header's IDX counts calls in the conversation: any index
+            return {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "",
+                    [](const std::string& n, const std::string& a) {
+                        return std::vector<Piece>{lit("<|tool_call_begin|>functions." + n + ":"),
+                                                  value(R"({"type":"integer","minimum":0,"maximum":999})"),
+                                                  lit("<|tool_call_argument_begin|>"), value(a),
+                                                  lit("<|tool_call_end|>")};
+                    }};
         case ToolFamily::None: break;
     }
     return {"", "", "", nullptr};

@@ -30,6 +30,8 @@ namespace loom::gateway {
 ///   command_r   <|START_ACTION|>[\n    {"tool_call_id": "<digits>", "tool_name": "N", "parameters": A},\n    ...\n]<|END_ACTION|>
 ///   gpt_oss      to=functions.N<|channel|>commentary json<|message|>A<|call|>, after the
 ///               generation prompt's <|start|>assistant; joined by "<|start|>assistant"
+///   kimi_k2     <|tool_calls_section_begin|><|tool_call_begin|>functions.N:I<|tool_call_argument_begin|>A<|tool_call_end|>
+///               back to back, then <|tool_calls_section_end|> (I an integer 0..999)
 /// Returns "" for ToolFamily::None (no syntax: the caller falls back to a JSON array read by
 /// the constrained parser). Tool names are plain (a-z, A-Z, 0-9, _ and -: parse_tools
 /// checked them), so they stand in the literals as they are.

@@ -157,10 +157,10 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
         co_return true;
     }
     std::vector<ChoiceOut> outs;
-    for (auto& c : choices) outs.push_back(c->take_whole());
-    const std::string body = endpoint == Endpoint::Responses
-                                 ? response_object(g, meta, *app.tokenizer, &outs.at(0), &usage)
-                                 : full_response(g, meta, *app.tokenizer, outs, usage);
+    if (endpoint != Endpoint::Responses)
+        for (auto& c : choices) outs.push_back(c->take_whole());
+    const std::string body = endpoint == Endpoint::Responses ? driver.responses_object(usage)
+                                                             : full_response(g, meta, *app.tokenizer, outs, usage);
     co_await write_json(stream, http::status::ok, body, keep, version);
     co_return true;
 }

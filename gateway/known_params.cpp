@@ -2,6 +2,8 @@
 // To add a member: one line in the table (and docs/api.md's list).
 #include "gateway/known_params.hpp"
 
+#include <algorithm>
+
 #include "gateway/api_types.hpp"
 
 namespace loom::gateway {
@@ -80,7 +82,7 @@ const std::vector<KnownParam>& known_params() {
         {"return_tokens_as_token_ids", C | H, Hon, ""},
         {"prompt_logprobs", C | H, Hon, ""},
         {"return_token_ids", C | H, Hon, ""},
-        {"chat_template_kwargs", H, Hon, ""},  // each key must be one the template reads
+        {"chat_template_kwargs", H, Hon, ""},  // keys the template never reads are ignored
         {"add_generation_prompt", H, Hon, ""},
         {"guided_json", C | H, Hon, ""},  // the guided_* and structured_outputs: the engine's grammar
         {"guided_regex", C | H, Hon, ""},
@@ -126,7 +128,29 @@ const KnownParam* find_param(std::string_view name, unsigned bit) {
     return nullptr;
 }
 
+// OpenAI's 400 for unknown member names (none: returns).
+void refuse_unknown(const std::vector<std::string>& unknown) {
+    if (unknown.size() == 1) throw ApiError(400, "Unrecognized request argument supplied: " + unknown[0], unknown[0]);
+    if (!unknown.empty()) {
+        std::string list;
+        for (const auto& u : unknown) list += (list.empty() ? "" : ", ") + u;
+        throw ApiError(400, "Unrecognized request arguments supplied: " + list);
+    }
+}
+
 }  // namespace
+
+void check_nested_keys(const rapidjson::Value& obj, std::string_view where,
+                       std::initializer_list<std::string_view> known) {
+    if (!obj.IsObject()) return;
+    std::vector<std::string> unknown;
+    for (auto m = obj.MemberBegin(); m != obj.MemberEnd(); ++m) {
+        const std::string_view k(m->name.GetString(), m->name.GetStringLength());
+        if (std::find(known.begin(), known.end(), k) == known.end())
+            unknown.push_back(std::string(where) + "." + std::string(k));
+    }
+    refuse_unknown(unknown);
+}
 
 void check_known_params(const rapidjson::Value& body, ParamSet set) {
     const unsigned bit = 1u << static_cast<unsigned>(set);
@@ -134,12 +158,7 @@ void check_known_params(const rapidjson::Value& body, ParamSet set) {
     for (auto m = body.MemberBegin(); m != body.MemberEnd(); ++m)
         if (!find_param(std::string_view(m->name.GetString(), m->name.GetStringLength()), bit))
             unknown.emplace_back(m->name.GetString(), m->name.GetStringLength());
-    if (unknown.size() == 1) throw ApiError(400, "Unrecognized request argument supplied: " + unknown[0], unknown[0]);
-    if (!unknown.empty()) {
-        std::string list;
-        for (const auto& u : unknown) list += (list.empty() ? "" : ", ") + u;
-        throw ApiError(400, "Unrecognized request arguments supplied: " + list);
-    }
+    refuse_unknown(unknown);
     for (auto m = body.MemberBegin(); m != body.MemberEnd(); ++m) {
         const std::string n(m->name.GetString(), m->name.GetStringLength());
         const KnownParam& p = *find_param(n, bit);

@@ -10,6 +10,7 @@
 // and chat parameters.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,5 +48,12 @@ const std::vector<KnownParam>& known_params();
 /// wrong type, a DefaultOnly member with another value, or a Refused member (a null
 /// value counts as absent). Returns normally otherwise.
 void check_known_params(const rapidjson::Value& body, ParamSet set);
+
+/// Throws ApiError(400), as check_known_params() does for the top level ("Unrecognized
+/// request argument supplied: WHERE.KEY", param WHERE.KEY), when object `obj` (the member
+/// `where` of a body, e.g. "stream_options") has a member whose name is not in `known`.
+/// Does nothing when `obj` is not an object (its own check says what it must be).
+void check_nested_keys(const rapidjson::Value& obj, std::string_view where,
+                       std::initializer_list<std::string_view> known);
 
 }  // namespace loom::gateway

@@ -5,6 +5,7 @@
 
 #include "gateway/json_fields.hpp"
 #include "gateway/json_input.hpp"
+#include "gateway/known_params.hpp"
 #include "gateway/quote.hpp"
 #include "gateway/sampling_params.hpp"
 
@@ -38,7 +39,12 @@ void parse_stream(const Value& body, GenerationRequest& r) {
     if (const Value* so = find_field(body, "stream_options")) {
         if (!r.stream) bad_request("stream_options", "'stream_options' is only allowed when 'stream' is true");
         if (!so->IsObject()) bad_request("stream_options", "'stream_options' must be an object");
+        // OpenAI's keys and vLLM's continuous_usage_stats (usage on every chunk, with
+        // include_usage); loom pads no events, whatever include_obfuscation says.
+        check_nested_keys(*so, "stream_options", {"include_usage", "continuous_usage_stats", "include_obfuscation"});
         r.include_usage = boolean_field(*so, "include_usage", false);
+        r.continuous_usage = boolean_field(*so, "continuous_usage_stats", false) && r.include_usage;
+        boolean_field(*so, "include_obfuscation", false);
     }
 }
 

@@ -368,6 +368,7 @@ std::string stream_chunk(const GenerationRequest& req, const ResponseMeta& meta,
     w.EndArray();
     if (c && req.endpoint == Endpoint::ChatCompletions) prompt_extras(w, tok, *c);
     if (usage) usage_obj(w, *usage);
+    else if (c && c->usage) usage_obj(w, *c->usage);
     else if (req.include_usage) {
         w.Key("usage");
         w.Null();

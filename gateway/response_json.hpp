@@ -18,6 +18,15 @@
 
 namespace loom::gateway {
 
+/// Token counts for `usage` (total_tokens is their sum). cached_tokens, the prompt tokens
+/// served from the engine's prefix cache, is written as prompt_tokens_details.cached_tokens
+/// (OpenAI's field) when > 0.
+struct Usage {
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;
+    int64_t cached_tokens = 0;
+};
+
 /// One choice's content for a response or a chunk.
 struct ChoiceOut {
     int index = 0;
@@ -42,15 +51,9 @@ struct ChoiceOut {
     std::string reasoning;
     std::vector<LogprobEntry> reasoning_entries;
     std::vector<ToolCallDelta> tool_calls;
-};
-
-/// Token counts for `usage` (total_tokens is their sum). cached_tokens, the prompt tokens
-/// served from the engine's prefix cache, is written as prompt_tokens_details.cached_tokens
-/// (OpenAI's field) when > 0.
-struct Usage {
-    int64_t prompt_tokens = 0;
-    int64_t completion_tokens = 0;
-    int64_t cached_tokens = 0;
+    /// A chunk under vLLM's stream_options.continuous_usage_stats: the choice's usage so
+    /// far (its prompt, the tokens it generated up to this chunk).
+    std::optional<Usage> usage;
 };
 
 /// Identity of one response: id ("cmpl-..." / "chatcmpl-..."), creation time (Unix
@@ -70,7 +73,8 @@ std::string full_response(const GenerationRequest& req, const ResponseMeta& meta
                           const std::vector<ChoiceOut>& choices, const Usage& usage);
 
 /// One `data:` payload of a stream (without the "data: " prefix). usage: the final
-/// usage chunk (empty choices) when set, else a choice chunk.
+/// usage chunk (empty choices) when set, else a choice chunk (with the choice's usage so
+/// far when it has one, continuous_usage_stats).
 std::string stream_chunk(const GenerationRequest& req, const ResponseMeta& meta, const model::Tokenizer& tok,
                          const ChoiceOut* choice, const Usage* usage);
 

@@ -15,8 +15,6 @@ using json_write::logprob;
 using json_write::str;
 using json_write::Writer;
 
-std::string message_id(const ResponseMeta& meta) { return "msg_" + meta.id.substr(meta.id.find('_') + 1); }
-
 // {token, logprob, bytes} of one token (a special token: its text, no bytes).
 void token_fields(Writer& w, const model::Tokenizer& tok, bool as_ids, int32_t id, const std::string& bytes,
                   bool special) {
@@ -52,17 +50,6 @@ void logprobs_array(Writer& w, const model::Tokenizer& tok, const GenerationRequ
     w.EndArray();
 }
 
-// The output_text content part.
-// The event fields that name the one message item and its one text part.
-void part_ids(Writer& w, const ResponseMeta& meta) {
-    w.Key("item_id");
-    str(w, message_id(meta));
-    w.Key("output_index");
-    w.Int(0);
-    w.Key("content_index");
-    w.Int(0);
-}
-
 // A text event's logprobs: the entries when the request asked for them, else [].
 void text_logprobs(Writer& w, const model::Tokenizer& tok, const GenerationRequest& req,
                    const std::vector<LogprobEntry>& entries) {
@@ -73,50 +60,92 @@ void text_logprobs(Writer& w, const model::Tokenizer& tok, const GenerationReque
     }
 }
 
-void text_part(Writer& w, const GenerationRequest& req, const model::Tokenizer& tok, const ChoiceOut* out) {
+using Kind = ResponsesItem::Kind;
+
+// The one content part of a message (output_text) or of reasoning (reasoning_text).
+void content_part(Writer& w, const GenerationRequest& req, const model::Tokenizer& tok, const ResponsesItem& it,
+                  bool with_text) {
     w.StartObject();
     w.Key("type");
-    w.String("output_text");
+    w.String(it.kind == Kind::Message ? "output_text" : "reasoning_text");
     w.Key("text");
-    str(w, out ? out->text : "");
-    w.Key("annotations");
-    w.StartArray();
-    w.EndArray();
-    w.Key("logprobs");
-    if (req.logprobs && out) logprobs_array(w, tok, req, out->entries);
-    else {
+    str(w, with_text ? it.text : "");
+    if (it.kind == Kind::Message) {
+        w.Key("annotations");
         w.StartArray();
+        w.EndArray();
+        w.Key("logprobs");
+        if (with_text) text_logprobs(w, tok, req, it.entries);
+        else {
+            w.StartArray();
+            w.EndArray();
+        }
+    }
+    w.EndObject();
+}
+
+// An output item; `status`: in_progress, completed or incomplete. An open message or
+// reasoning item has no content yet (its part comes with content_part.added).
+void item_json(Writer& w, const GenerationRequest& req, const model::Tokenizer& tok, const ResponsesItem& it,
+               const std::string& status) {
+    w.StartObject();
+    w.Key("id");
+    str(w, it.id);
+    w.Key("type");
+    w.String(it.kind == Kind::Message ? "message" : it.kind == Kind::Reasoning ? "reasoning" : "function_call");
+    w.Key("status");
+    str(w, status);
+    if (it.kind == Kind::FunctionCall) {
+        w.Key("arguments");
+        str(w, it.done ? it.text : "");
+        w.Key("call_id");
+        str(w, it.call_id);
+        w.Key("name");
+        str(w, it.name);
+    } else {
+        if (it.kind == Kind::Message) {
+            w.Key("role");
+            w.String("assistant");
+        } else {
+            w.Key("summary");
+            w.StartArray();
+            w.EndArray();
+        }
+        w.Key("content");
+        w.StartArray();
+        if (it.done) content_part(w, req, tok, it, true);
         w.EndArray();
     }
     w.EndObject();
 }
 
-std::string item_status(const ChoiceOut* out) {
-    if (!out || !out->finish_reason) return "in_progress";
-    return *out->finish_reason == "length" ? "incomplete" : "completed";
-}
+void raw(Writer& w, const std::string& json, rapidjson::Type t) { w.RawValue(json.data(), json.size(), t); }
 
-// The assistant message output item (content empty until `with_content`).
-void message_item(Writer& w, const GenerationRequest& req, const ResponseMeta& meta, const model::Tokenizer& tok,
-                  const ChoiceOut* out, bool with_content) {
+// Usage; reasoning tokens are not counted apart (output_tokens holds them).
+void usage_json(Writer& w, const Usage& usage) {
     w.StartObject();
-    w.Key("id");
-    str(w, message_id(meta));
-    w.Key("type");
-    w.String("message");
-    w.Key("status");
-    str(w, item_status(out));
-    w.Key("role");
-    w.String("assistant");
-    w.Key("content");
-    w.StartArray();
-    if (with_content) text_part(w, req, tok, out);
-    w.EndArray();
+    w.Key("input_tokens");
+    w.Int64(usage.prompt_tokens);
+    w.Key("input_tokens_details");
+    w.StartObject();
+    w.Key("cached_tokens");
+    w.Int64(usage.cached_tokens);
+    w.EndObject();
+    w.Key("output_tokens");
+    w.Int64(usage.completion_tokens);
+    w.Key("output_tokens_details");
+    w.StartObject();
+    w.Key("reasoning_tokens");
+    w.Int64(0);
+    w.EndObject();
+    w.Key("total_tokens");
+    w.Int64(usage.prompt_tokens + usage.completion_tokens);
     w.EndObject();
 }
 
 void response_fields(Writer& w, const GenerationRequest& req, const ResponseMeta& meta, const model::Tokenizer& tok,
-                     const ChoiceOut* out, const Usage* usage, const std::string& status, const ApiError* error) {
+                     const std::vector<ResponsesItem>& items, const Usage* usage, const std::string& status,
+                     const ApiError* error) {
     w.StartObject();
     w.Key("id");
     str(w, meta.id);
@@ -155,15 +184,15 @@ void response_fields(Writer& w, const GenerationRequest& req, const ResponseMeta
     if (req.max_tokens) w.Int64(*req.max_tokens);
     else w.Null();
     w.Key("metadata");
-    w.RawValue(req.metadata_json.data(), req.metadata_json.size(), rapidjson::kObjectType);
+    raw(w, req.metadata_json, rapidjson::kObjectType);
     w.Key("model");
     str(w, meta.model);
     w.Key("output");
     w.StartArray();
-    if (out) message_item(w, req, meta, tok, out, true);
+    for (const ResponsesItem& it : items) item_json(w, req, tok, it, it.status);
     w.EndArray();
     w.Key("parallel_tool_calls");
-    w.Bool(false);
+    w.Bool(req.output.parallel);
     w.Key("previous_response_id");
     w.Null();
     w.Key("reasoning");
@@ -175,16 +204,13 @@ void response_fields(Writer& w, const GenerationRequest& req, const ResponseMeta
     w.Key("text");
     w.StartObject();
     w.Key("format");
-    w.StartObject();
-    w.Key("type");
-    w.String("text");
-    w.EndObject();
+    raw(w, req.responses_echo.text_format, rapidjson::kObjectType);
     w.EndObject();
     w.Key("tool_choice");
-    w.String("none");
+    raw(w, req.responses_echo.tool_choice,
+        req.responses_echo.tool_choice.starts_with("{") ? rapidjson::kObjectType : rapidjson::kStringType);
     w.Key("tools");
-    w.StartArray();
-    w.EndArray();
+    raw(w, req.responses_echo.tools, rapidjson::kArrayType);
     w.Key("top_logprobs");
     w.Int(req.logprobs ? req.top_logprobs : 0);
     w.Key("top_p");
@@ -192,53 +218,10 @@ void response_fields(Writer& w, const GenerationRequest& req, const ResponseMeta
     w.Key("truncation");
     w.String("disabled");
     w.Key("usage");
-    if (usage) {
-        w.StartObject();
-        w.Key("input_tokens");
-        w.Int64(usage->prompt_tokens);
-        w.Key("input_tokens_details");
-        w.StartObject();
-        w.Key("cached_tokens");
-        w.Int64(0);
-        w.EndObject();
-        w.Key("output_tokens");
-        w.Int64(usage->completion_tokens);
-        w.Key("output_tokens_details");
-        w.StartObject();
-        w.Key("reasoning_tokens");
-        w.Int64(0);
-        w.EndObject();
-        w.Key("total_tokens");
-        w.Int64(usage->prompt_tokens + usage->completion_tokens);
-        w.EndObject();
-    } else {
-        w.Null();
-    }
+    if (usage) usage_json(w, *usage);
+    else { w.Null(); }
     w.EndObject();
 }
-
-}  // namespace
-
-std::string response_object(const GenerationRequest& req, const ResponseMeta& meta, const model::Tokenizer& tok,
-                            const ChoiceOut* out, const Usage* usage, std::optional<std::string> status,
-                            const ApiError* error) {
-    rapidjson::StringBuffer buf;
-    Writer w(buf);
-    response_fields(w, req, meta, tok, out, usage, status ? *status : item_status(out), error);
-    return buf.GetString();
-}
-
-ResponsesStream::ResponsesStream(const GenerationRequest& req, const ResponseMeta& meta, const model::Tokenizer& tok)
-    : req_(req), meta_(meta), tok_(tok) {}
-
-ResponsesEvent ResponsesStream::event(const std::string& type, const std::string& fields_json) {
-    std::string json = "{\"type\":\"" + type + "\",\"sequence_number\":" + std::to_string(seq_++);
-    if (!fields_json.empty()) json += "," + fields_json;
-    json += "}";
-    return {type, json};
-}
-
-namespace {
 
 // `"key":<value>` pairs written by `f` into an object, without its braces.
 template <class F>
@@ -254,41 +237,173 @@ std::string fields(F&& f) {
 
 }  // namespace
 
+std::string response_object(const GenerationRequest& req, const ResponseMeta& meta, const model::Tokenizer& tok,
+                            const std::vector<ResponsesItem>& items, const Usage* usage, const std::string& status,
+                            const ApiError* error) {
+    rapidjson::StringBuffer buf;
+    Writer w(buf);
+    response_fields(w, req, meta, tok, items, usage, status, error);
+    return buf.GetString();
+}
+
+ResponsesStream::ResponsesStream(const GenerationRequest& req, const ResponseMeta& meta, const model::Tokenizer& tok)
+    : req_(req), meta_(meta), tok_(tok) {}
+
+ResponsesEvent ResponsesStream::event(const std::string& type, const std::string& fields_json) {
+    std::string json = "{\"type\":\"" + type + "\",\"sequence_number\":" + std::to_string(seq_++);
+    if (!fields_json.empty()) json += "," + fields_json;
+    json += "}";
+    return {type, json};
+}
+
 std::vector<ResponsesEvent> ResponsesStream::begin() {
     std::vector<ResponsesEvent> out;
     for (const char* type : {"response.created", "response.in_progress"})
         out.push_back(event(type, fields([&](Writer& w) {
                                 w.Key("response");
-                                response_fields(w, req_, meta_, tok_, nullptr, nullptr, "in_progress", nullptr);
+                                response_fields(w, req_, meta_, tok_, {}, nullptr, "in_progress", nullptr);
                             })));
-    out.push_back(event("response.output_item.added", fields([&](Writer& w) {
-                            w.Key("output_index");
-                            w.Int(0);
-                            w.Key("item");
-                            message_item(w, req_, meta_, tok_, nullptr, false);
-                        })));
-    out.push_back(event("response.content_part.added", fields([&](Writer& w) {
-                            part_ids(w, meta_);
-                            w.Key("part");
-                            text_part(w, req_, tok_, nullptr);
-                        })));
     return out;
 }
 
-ResponsesEvent ResponsesStream::delta(const ChoiceOut& part) {
-    return event("response.output_text.delta", fields([&](Writer& w) {
-                     part_ids(w, meta_);
-                     w.Key("delta");
-                     str(w, part.text);
-                     w.Key("logprobs");
-                     text_logprobs(w, tok_, req_, part.entries);
-                 }));
+ResponsesItem& ResponsesStream::start(Kind kind, std::vector<ResponsesEvent>& out) {
+    if (!items_.empty() && !items_.back().done) close(items_.back(), out);
+    const std::string tail = meta_.id.substr(meta_.id.find('_') + 1);
+    const char* prefix = kind == Kind::Message ? "msg_" : kind == Kind::Reasoning ? "rs_" : "fc_";
+    ResponsesItem& it = items_.emplace_back();
+    it.kind = kind;
+    // The first item keeps the plain id (its prefix and the response id's tail); later items add their index.
+    it.id = prefix + tail + (items_.size() == 1 ? std::string() : "_" + std::to_string(items_.size() - 1));
+    const int at = index_of(it);
+    out.push_back(event("response.output_item.added", fields([&](Writer& w) {
+                            w.Key("output_index");
+                            w.Int(at);
+                            w.Key("item");
+                            item_json(w, req_, tok_, it, it.status);
+                        })));
+    if (kind != Kind::FunctionCall)
+        out.push_back(event("response.content_part.added", fields([&](Writer& w) {
+                                w.Key("item_id");
+                                str(w, it.id);
+                                w.Key("output_index");
+                                w.Int(at);
+                                w.Key("content_index");
+                                w.Int(0);
+                                w.Key("part");
+                                content_part(w, req_, tok_, it, false);
+                            })));
+    return it;
 }
 
-std::vector<ResponsesEvent> ResponsesStream::end(const ChoiceOut& whole, const Usage& usage,
+void ResponsesStream::close(ResponsesItem& it, std::vector<ResponsesEvent>& out) {
+    const int at = index_of(it);
+    auto ids = [&](Writer& w, bool part) {
+        w.Key("item_id");
+        str(w, it.id);
+        w.Key("output_index");
+        w.Int(at);
+        if (part) {
+            w.Key("content_index");
+            w.Int(0);
+        }
+    };
+    if (it.kind == Kind::FunctionCall) {
+        out.push_back(event("response.function_call_arguments.done", fields([&](Writer& w) {
+                                ids(w, false);
+                                w.Key("name");
+                                str(w, it.name);
+                                w.Key("arguments");
+                                str(w, it.text);
+                            })));
+    } else {
+        const bool msg = it.kind == Kind::Message;
+        out.push_back(event(msg ? "response.output_text.done" : "response.reasoning_text.done", fields([&](Writer& w) {
+                                ids(w, true);
+                                w.Key("text");
+                                str(w, it.text);
+                                if (msg) {
+                                    w.Key("logprobs");
+                                    text_logprobs(w, tok_, req_, it.entries);
+                                }
+                            })));
+        out.push_back(event("response.content_part.done", fields([&](Writer& w) {
+                                ids(w, true);
+                                w.Key("part");
+                                content_part(w, req_, tok_, it, true);
+                            })));
+    }
+    it.done = true;
+    it.status = status_ == "incomplete" ? "incomplete" : "completed";
+    out.push_back(event("response.output_item.done", fields([&](Writer& w) {
+                            w.Key("output_index");
+                            w.Int(at);
+                            w.Key("item");
+                            item_json(w, req_, tok_, it, it.status);
+                        })));
+}
+
+std::vector<ResponsesEvent> ResponsesStream::add(const ChoiceOut& part) {
+    std::vector<ResponsesEvent> out;
+    // Text of a message or reasoning item: opens it (output_item.added, content_part.added)
+    // when it is not the open item, then its delta.
+    auto text = [&](Kind kind, const std::string& delta, const std::vector<LogprobEntry>& entries) {
+        if (delta.empty() && entries.empty()) return;
+        const bool same = !items_.empty() && !items_.back().done && items_.back().kind == kind;
+        ResponsesItem& it = same ? items_.back() : start(kind, out);
+        const int at = index_of(it);
+        auto ids = [&](Writer& w) {
+            w.Key("item_id");
+            str(w, it.id);
+            w.Key("output_index");
+            w.Int(at);
+            w.Key("content_index");
+            w.Int(0);
+        };
+        it.text += delta;
+        for (const LogprobEntry& e : entries) it.entries.push_back(e);
+        const bool msg = kind == Kind::Message;
+        out.push_back(
+            event(msg ? "response.output_text.delta" : "response.reasoning_text.delta", fields([&](Writer& w) {
+                      ids(w);
+                      w.Key("delta");
+                      str(w, delta);
+                      if (msg) {
+                          w.Key("logprobs");
+                          text_logprobs(w, tok_, req_, entries);
+                      }
+                  })));
+    };
+    text(Kind::Reasoning, part.reasoning, part.reasoning_entries);
+    text(Kind::Message, part.text, part.entries);
+    for (const ToolCallDelta& d : part.tool_calls) {
+        if (d.header) {
+            ResponsesItem& it = start(Kind::FunctionCall, out);
+            it.call_id = d.id;
+            it.name = d.name;
+            if (call_items_.size() <= static_cast<size_t>(d.index))
+                call_items_.resize(static_cast<size_t>(d.index) + 1);
+            call_items_[static_cast<size_t>(d.index)] = index_of(it);
+        }
+        if (d.arguments.empty() || static_cast<size_t>(d.index) >= call_items_.size()) continue;
+        ResponsesItem& it = items_[static_cast<size_t>(call_items_[static_cast<size_t>(d.index)])];
+        it.text += d.arguments;
+        out.push_back(event("response.function_call_arguments.delta", fields([&](Writer& w) {
+                                w.Key("item_id");
+                                str(w, it.id);
+                                w.Key("output_index");
+                                w.Int(index_of(it));
+                                w.Key("delta");
+                                str(w, d.arguments);
+                            })));
+    }
+    return out;
+}
+
+std::vector<ResponsesEvent> ResponsesStream::end(const std::optional<std::string>& finish_reason, const Usage& usage,
                                                  const std::optional<ApiError>& failure) {
     std::vector<ResponsesEvent> out;
     if (failure) {
+        status_ = "failed";
         out.push_back(event("error", fields([&](Writer& w) {
                                 w.Key("code");
                                 str(w, failure->code);
@@ -299,34 +414,25 @@ std::vector<ResponsesEvent> ResponsesStream::end(const ChoiceOut& whole, const U
                             })));
         out.push_back(event("response.failed", fields([&](Writer& w) {
                                 w.Key("response");
-                                response_fields(w, req_, meta_, tok_, &whole, &usage, "failed", &*failure);
+                                response_fields(w, req_, meta_, tok_, items_, &usage, "failed", &*failure);
                             })));
         return out;
     }
-    out.push_back(event("response.output_text.done", fields([&](Writer& w) {
-                            part_ids(w, meta_);
-                            w.Key("text");
-                            str(w, whole.text);
-                            w.Key("logprobs");
-                            text_logprobs(w, tok_, req_, whole.entries);
-                        })));
-    out.push_back(event("response.content_part.done", fields([&](Writer& w) {
-                            part_ids(w, meta_);
-                            w.Key("part");
-                            text_part(w, req_, tok_, &whole);
-                        })));
-    out.push_back(event("response.output_item.done", fields([&](Writer& w) {
-                            w.Key("output_index");
-                            w.Int(0);
-                            w.Key("item");
-                            message_item(w, req_, meta_, tok_, &whole, true);
-                        })));
-    const std::string status = item_status(&whole);
-    out.push_back(event(status == "incomplete" ? "response.incomplete" : "response.completed", fields([&](Writer& w) {
+    status_ = finish_reason && *finish_reason == "length" ? "incomplete" : "completed";
+    // A response without output still has its (empty) message.
+    if (items_.empty()) start(Kind::Message, out);
+    for (ResponsesItem& it : items_)
+        if (!it.done) close(it, out);
+    const std::string name = status_ == "incomplete" ? "response.incomplete" : "response.completed";
+    out.push_back(event(name, fields([&](Writer& w) {
                             w.Key("response");
-                            response_fields(w, req_, meta_, tok_, &whole, &usage, status, nullptr);
+                            response_fields(w, req_, meta_, tok_, items_, &usage, status_, nullptr);
                         })));
     return out;
+}
+
+std::string ResponsesStream::object(const Usage& usage) const {
+    return response_object(req_, meta_, tok_, items_, &usage, status_);
 }
 
 }  // namespace loom::gateway

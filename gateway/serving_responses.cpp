@@ -5,6 +5,7 @@
 #include <rapidjson/writer.h>
 
 #include "gateway/json_fields.hpp"
+#include "gateway/known_params.hpp"
 #include "gateway/serving_chat.hpp"
 
 namespace loom::gateway {
@@ -29,16 +30,89 @@ void refuse_stateful(const Value& body) {
     if (boolean_field(body, "background", false))
         bad_request("background", "background responses are not supported ('background' must be false)",
                     "unsupported_parameter");
-    if (const Value* tools = find_field(body, "tools"); tools && (!tools->IsArray() || !tools->Empty()))
-        bad_request("tools", "tools are not supported by /v1/responses here", "unsupported_parameter");
     if (find_field(body, "reasoning"))
         bad_request("reasoning", "'reasoning' is not supported", "unsupported_parameter");
-    if (const Value* text = find_field(body, "text")) {
-        const Value* format = text->IsObject() ? find_field(*text, "format") : nullptr;
-        const Value* type = format && format->IsObject() ? find_field(*format, "type") : nullptr;
-        if (!text->IsObject() || (format && (!type || !type->IsString() || str(*type) != "text")))
-            bad_request("text.format", "only text.format {\"type\": \"text\"} is supported", "unsupported_parameter");
+}
+
+using Alloc = rapidjson::Document::AllocatorType;
+
+std::string to_json(const Value& v) {
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    v.Accept(w);
+    return {buf.GetString(), buf.GetSize()};
+}
+
+// `tools` ({"type": "function", "name", "description", "parameters", "strict"}) as chat
+// tools ({"type": "function", "function": {...}}).
+Value chat_tools(const Value& tools, Alloc& a) {
+    if (!tools.IsArray()) bad_request("tools", "'tools' must be an array");
+    Value out(rapidjson::kArrayType);
+    size_t i = 0;
+    for (const Value& t : tools.GetArray()) {
+        const std::string where = "tools[" + std::to_string(i++) + "]";
+        const Value* type = t.IsObject() ? find_field(t, "type") : nullptr;
+        if (!type || !type->IsString() || str(*type) != "function")
+            bad_request(where + ".type",
+                        where +
+                            " must be a function tool ({\"type\": \"function\", \"name\": ...}): loom has no "
+                            "built-in tools");
+        check_nested_keys(t, where, {"type", "name", "description", "parameters", "strict"});
+        Value fn(rapidjson::kObjectType);
+        for (const char* k : {"name", "description", "parameters", "strict"})
+            if (const Value* v = find_field(t, k)) fn.AddMember(rapidjson::StringRef(k), Value(*v, a), a);
+        Value tool(rapidjson::kObjectType);
+        tool.AddMember("type", "function", a);
+        tool.AddMember("function", fn, a);
+        out.PushBack(tool, a);
     }
+    return out;
+}
+
+// `tool_choice`: "none", "auto", "required" or {"type": "function", "name"} (chat's
+// object form names the function under "function").
+Value chat_tool_choice(const Value& choice, Alloc& a) {
+    if (choice.IsString()) return Value(choice, a);
+    const Value* type = choice.IsObject() ? find_field(choice, "type") : nullptr;
+    const Value* name = choice.IsObject() ? find_field(choice, "name") : nullptr;
+    if (!type || !type->IsString() || str(*type) != "function" || !name || !name->IsString())
+        bad_request("tool_choice",
+                    "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                    "\"name\": ...}");
+    check_nested_keys(choice, "tool_choice", {"type", "name"});
+    Value fn(rapidjson::kObjectType);
+    fn.AddMember("name", Value(*name, a), a);
+    Value out(rapidjson::kObjectType);
+    out.AddMember("type", "function", a);
+    out.AddMember("function", fn, a);
+    return out;
+}
+
+// `text.format` as chat's response_format (null for plain text): json_object, or
+// json_schema with its name, schema, description and strict.
+Value chat_response_format(const Value& text, Alloc& a) {
+    if (!text.IsObject()) bad_request("text", "'text' must be an object");
+    check_nested_keys(text, "text", {"format"});
+    const Value* format = find_field(text, "format");
+    if (!format) return Value();
+    const Value* type = format->IsObject() ? find_field(*format, "type") : nullptr;
+    const std::string t = type && type->IsString() ? str(*type) : "";
+    Value rf(rapidjson::kObjectType);
+    if (t == "text" || t == "json_object") {
+        check_nested_keys(*format, "text.format", {"type"});
+        if (t == "text") return Value();
+        rf.AddMember("type", "json_object", a);
+        return rf;
+    }
+    if (t != "json_schema")
+        bad_request("text.format", "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+    check_nested_keys(*format, "text.format", {"type", "name", "schema", "description", "strict"});
+    Value js(rapidjson::kObjectType);
+    for (const char* k : {"name", "schema", "description", "strict"})
+        if (const Value* v = find_field(*format, k)) js.AddMember(rapidjson::StringRef(k), Value(*v, a), a);
+    rf.AddMember("type", "json_schema", a);
+    rf.AddMember("json_schema", js, a);
+    return rf;
 }
 
 // One input content part as a chat text part (input_text, or output_text in an earlier
@@ -53,6 +127,54 @@ void add_part(const Value& part, const std::string& where, Value& parts, rapidjs
     p.AddMember("type", "text", a);
     p.AddMember("text", Value(text->GetString(), text->GetStringLength(), a), a);
     parts.PushBack(p, a);
+}
+
+// A string member of an input item, or 400 naming it.
+const Value& string_member(const Value& item, const char* key, const std::string& where) {
+    const Value* v = find_field(item, key);
+    if (!v || !v->IsString()) bad_request(where + "." + key, where + "." + key + " must be a string");
+    return *v;
+}
+
+// A function_call input item (a call the model made earlier) as a tool call of the
+// assistant message before it, or of a new one.
+void add_function_call(const Value& item, const std::string& where, Value& msgs, Alloc& a) {
+    Value fn(rapidjson::kObjectType);
+    fn.AddMember("name", Value(string_member(item, "name", where), a), a);
+    fn.AddMember("arguments", Value(string_member(item, "arguments", where), a), a);
+    Value call(rapidjson::kObjectType);
+    call.AddMember("id", Value(string_member(item, "call_id", where), a), a);
+    call.AddMember("type", "function", a);
+    call.AddMember("function", fn, a);
+    const bool after_assistant = !msgs.Empty() && msgs[msgs.Size() - 1]["role"] == "assistant";
+    if (!after_assistant) {
+        Value m(rapidjson::kObjectType);
+        m.AddMember("role", "assistant", a);
+        msgs.PushBack(m, a);
+    }
+    Value& m = msgs[msgs.Size() - 1];
+    if (!m.HasMember("tool_calls")) m.AddMember("tool_calls", Value(rapidjson::kArrayType), a);
+    m["tool_calls"].PushBack(call, a);
+}
+
+// A function_call_output input item (a call's result) as a tool message.
+Value function_call_output(const Value& item, const std::string& where, Alloc& a) {
+    Value m(rapidjson::kObjectType);
+    m.AddMember("role", "tool", a);
+    m.AddMember("tool_call_id", Value(string_member(item, "call_id", where), a), a);
+    const Value* output = find_field(item, "output");
+    if (output && output->IsString()) {
+        m.AddMember("content", Value(*output, a), a);
+    } else if (output && output->IsArray()) {
+        Value parts(rapidjson::kArrayType);
+        size_t k = 0;
+        for (const Value& part : output->GetArray())
+            add_part(part, where + ".output[" + std::to_string(k++) + "]", parts, a);
+        m.AddMember("content", parts, a);
+    } else {
+        bad_request(where + ".output", where + ".output must be a string or an array of input_text parts");
+    }
+    return m;
 }
 
 // `input` (and `instructions`) as chat messages.
@@ -80,9 +202,19 @@ Value messages_of(const Value& body, rapidjson::Document::AllocatorType& a) {
         const std::string where = "input[" + std::to_string(i++) + "]";
         if (!item.IsObject()) bad_request(where, where + " must be an object");
         const Value* type = find_field(item, "type");
-        if (type && (!type->IsString() || str(*type) != "message"))
-            bad_request(where + ".type", "only message input items are supported, got '" +
-                                             (type->IsString() ? str(*type) : std::string("?")) + "'");
+        const std::string t = !type ? "message" : type->IsString() ? str(*type) : "?";
+        if (t == "function_call") {
+            add_function_call(item, where, msgs, a);
+            continue;
+        }
+        if (t == "function_call_output") {
+            msgs.PushBack(function_call_output(item, where, a), a);
+            continue;
+        }
+        if (t != "message")
+            bad_request(where + ".type",
+                        "only message, function_call and function_call_output input items are supported, got '" +
+                            t.substr(0, 64) + "'");
         const Value* role = find_field(item, "role");
         const Value* content = find_field(item, "content");
         if (!role || !role->IsString()) bad_request(where + ".role", where + ".role must be a string");
@@ -118,11 +250,25 @@ bool wants_logprobs(const Value& body) {
     return lp;
 }
 
+// `s` (a chat field's name, or an error message naming fields) with the fields named as
+// the Responses API names them: response_format[.json_schema] is text.format,
+// tools[i].function.x is tools[i].x.
+std::string responses_names(std::string s) {
+    auto replace_all = [&](std::string_view from, std::string_view to) {
+        for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+            s.replace(at, from.size(), to);
+    };
+    replace_all("response_format.json_schema", "text.format");
+    replace_all("response_format", "text.format");
+    replace_all("].function.", "].");
+    return s;
+}
+
 // A chat field's name as the Responses API calls it, for error messages.
 std::string responses_param(const std::string& p) {
     if (p == "max_tokens" || p == "max_completion_tokens") return "max_output_tokens";
     if (p.rfind("messages", 0) == 0) return "input";
-    return p;
+    return responses_names(p);
 }
 
 }  // namespace
@@ -151,6 +297,13 @@ GenerationRequest build_responses_request(std::string_view body_text, const Mode
     }
     if (lp) chat.AddMember("logprobs", true, a);
     chat.AddMember("messages", messages_of(body, a), a);
+    // Tools and structured output in chat's shape; chat's parser then checks them.
+    if (const Value* v = find_field(body, "tools")) chat.AddMember("tools", chat_tools(*v, a), a);
+    if (const Value* v = find_field(body, "tool_choice")) chat.AddMember("tool_choice", chat_tool_choice(*v, a), a);
+    if (const Value* v = find_field(body, "parallel_tool_calls"))
+        chat.AddMember("parallel_tool_calls", Value(*v, a), a);
+    if (const Value* v = find_field(body, "text"))
+        if (Value rf = chat_response_format(*v, a); !rf.IsNull()) chat.AddMember("response_format", rf, a);
 
     GenerationRequest r;
     rapidjson::StringBuffer buf;
@@ -161,9 +314,14 @@ GenerationRequest build_responses_request(std::string_view body_text, const Mode
     } catch (const ApiError& e) {
         ApiError renamed = e;
         renamed.param = responses_param(e.param);
+        renamed.message = responses_names(e.message);
         throw renamed;
     }
     r.endpoint = Endpoint::Responses;
+    if (const Value* v = find_field(body, "tools")) r.responses_echo.tools = to_json(*v);
+    if (const Value* v = find_field(body, "tool_choice")) r.responses_echo.tool_choice = to_json(*v);
+    if (const Value* v = find_field(body, "text"); v && find_field(*v, "format"))
+        r.responses_echo.text_format = to_json(*find_field(*v, "format"));
     if (const Value* ins = find_field(body, "instructions")) r.instructions = str(*ins);
     if (const Value* md = find_field(body, "metadata")) {
         if (!md->IsObject()) bad_request("metadata", "'metadata' must be an object");

@@ -127,6 +127,8 @@ asio::awaitable<bool> StreamDriver::begin(unsigned version) {
             ChoiceOut out;
             out.index = c->index();
             out.first_chunk = true;
+            if (req_.continuous_usage)
+                out.usage = Usage{static_cast<int64_t>(req_.prompts[c->prompt_index()].size()), 0, 0};
             if (!(ok = co_await sse_.event(stream_chunk(req_, meta_, tok_, &out, nullptr)))) break;
         }
     if (!ok) {
@@ -190,18 +192,15 @@ asio::awaitable<bool> StreamDriver::on_event(Choice& c, const EngineEvent& ev) {
 
 // Sends (stream) or keeps (whole response) what a choice released.
 asio::awaitable<bool> StreamDriver::deliver(Choice& c, Released rel, std::optional<std::string> finish) {
-    if (!req_.stream) {
-        c.keep(std::move(rel));
+    if (responses_) {
+        // The output items are built from the chunks, streamed or not, so that both agree.
+        for (const ChoiceOut& out : c.chunks(std::move(rel), std::nullopt))
+            for (const auto& [name, data] : responses_->add(out))
+                if (req_.stream && !co_await sse_.event(name, data)) co_return false;
         co_return true;
     }
-    if (responses_) {
-        // The closing events need the whole message: keep it as well.
-        if (rel.empty()) co_return true;
-        c.keep(rel);
-        for (const ChoiceOut& out : c.chunks(std::move(rel), std::nullopt)) {
-            const auto [name, data] = responses_->delta(out);
-            if (!co_await sse_.event(name, data)) co_return false;
-        }
+    if (!req_.stream) {
+        c.keep(std::move(rel));
         co_return true;
     }
     for (const ChoiceOut& out : c.chunks(std::move(rel), std::move(finish)))
@@ -209,10 +208,15 @@ asio::awaitable<bool> StreamDriver::deliver(Choice& c, Released rel, std::option
     co_return true;
 }
 
+std::string StreamDriver::responses_object(const Usage& usage) {
+    if (!responses_) return {};
+    responses_->end(choices_.at(0)->finish_reason(), usage, std::nullopt);
+    return responses_->object(usage);
+}
+
 asio::awaitable<bool> StreamDriver::end(const Usage& usage) {
     if (responses_) {  // no [DONE]: response.completed (or .incomplete, .failed) ends it
-        const ChoiceOut whole = choices_.at(0)->take_whole();
-        for (const auto& [name, data] : responses_->end(whole, usage, failure_))
+        for (const auto& [name, data] : responses_->end(choices_.at(0)->finish_reason(), usage, failure_))
             if (!co_await sse_.event(name, data)) co_return false;
         co_return co_await sse_.end();
     }

@@ -89,6 +89,10 @@ public:
     /// a write failed.
     asio::awaitable<bool> end(const Usage& usage);
 
+    /// Whole (non-streamed) Responses API requests, after run() without failure: the
+    /// response object, whose output items were built as a stream would have sent them.
+    std::string responses_object(const Usage& usage);
+
     bool client_gone() const { return client_gone_; }
     const std::optional<ApiError>& failure() const { return failure_; }
 

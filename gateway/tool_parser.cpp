@@ -12,7 +12,7 @@ namespace {
 constexpr FamilyName<ToolFamily> kFamilies[] = {
     {ToolFamily::None, "none"},          {ToolFamily::Hermes, "hermes"},     {ToolFamily::Llama3, "llama3"},
     {ToolFamily::Mistral, "mistral"},    {ToolFamily::DeepSeek, "deepseek"}, {ToolFamily::Granite, "granite"},
-    {ToolFamily::CommandR, "command_r"}, {ToolFamily::GptOss, "gpt_oss"},
+    {ToolFamily::CommandR, "command_r"}, {ToolFamily::GptOss, "gpt_oss"},    {ToolFamily::KimiK2, "kimi_k2"},
 };
 
 bool has(std::string_view t, std::string_view s) { return t.find(s) != std::string_view::npos; }
@@ -23,17 +23,22 @@ std::string_view tool_family_name(ToolFamily f) { return family_name(kFamilies, 
 
 std::optional<ToolFamily> tool_family_from_name(std::string_view name) { return family_from_name(kFamilies, name); }
 
-std::string tool_family_names() { return family_names(kFamilies); }
+std::string tool_family_names(bool with_none) {
+    return family_names(kFamilies, with_none ? std::nullopt : std::optional(ToolFamily::None));
+}
 
 ToolFamily detect_tool_family(std::string_view t) {
     // Most specific markers first: harmony and DeepSeek templates mention none of the
     // others; Granite's <|tool_call|> contains no "<tool_call>".
     if (has(t, "<|channel|>") && has(t, "<|message|>")) return ToolFamily::GptOss;
     if (has(t, "<｜tool▁calls▁begin｜>") || has(t, "<｜tool▁call▁begin｜>")) return ToolFamily::DeepSeek;
+    if (has(t, "<|tool_calls_section_begin|>")) return ToolFamily::KimiK2;
     if (has(t, "[TOOL_CALLS]")) return ToolFamily::Mistral;
     if (has(t, "<|START_ACTION|>")) return ToolFamily::CommandR;
     if (has(t, "<|tool_call|>")) return ToolFamily::Granite;
-    if (has(t, "<tool_call>")) return ToolFamily::Hermes;
+    // SmolLM3 is trained on hermes calls (its template's xml_tools instruction, which the
+    // Unsloth edit drops; vLLM serves it with the hermes parser).
+    if (has(t, "<tool_call>") || has(t, "named SmolLM")) return ToolFamily::Hermes;
     if (has(t, "<|python_tag|>") || (has(t, "<|start_header_id|>") && has(t, "\"parameters\"")))
         return ToolFamily::Llama3;
     return ToolFamily::None;
@@ -49,6 +54,7 @@ std::unique_ptr<SpanParser> make_tool_parser(ToolFamily family, const ToolParser
         case ToolFamily::Granite: return tools::make_granite(opts);
         case ToolFamily::CommandR: return tools::make_command_r(opts);
         case ToolFamily::GptOss: return tools::make_gpt_oss(opts);
+        case ToolFamily::KimiK2: return tools::make_kimi_k2(opts);
     }
     return nullptr;
 }

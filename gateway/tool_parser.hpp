@@ -28,24 +28,28 @@ enum class ToolFamily {
     Granite,   ///< <|tool_call|>[{"name", "arguments"}...]
     CommandR,  ///< <|START_ACTION|>[{"tool_name", "parameters"}...]<|END_ACTION|>, or Action: ```json [...] ```
     GptOss,    ///< harmony: <|channel|>commentary to=functions.NAME ... <|message|>{...}<|call|>
+    KimiK2,  ///< <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{...}...
 };
 
 /// The --tool-parser name of a family: none, hermes, llama3, mistral, deepseek,
-/// granite, command_r, gpt_oss.
+/// granite, command_r, gpt_oss, kimi_k2.
 std::string_view tool_family_name(ToolFamily f);
 
 /// The family a --tool-parser name means, or nullopt for an unknown name ("auto" is
 /// not a family: the caller detects it).
 std::optional<ToolFamily> tool_family_from_name(std::string_view name);
 
-/// The comma-separated list of --tool-parser names (for --help and errors).
-std::string tool_family_names();
+/// The comma-separated list of --tool-parser names (for --help and errors); without
+/// "none" when `with_none` is false (the names of the syntaxes that find calls).
+std::string tool_family_names(bool with_none = true);
 
 /// The family whose syntax a chat template renders tool calls in (by the markers it
 /// prints: <|channel|>/<|message|> gpt_oss, <｜tool▁calls▁begin｜> deepseek,
-/// [TOOL_CALLS] mistral, <|START_ACTION|> command_r, <|tool_call|> granite,
-/// <tool_call> hermes, <|start_header_id|> with "parameters" llama3); None when the
-/// template shows none of them (or is empty).
+/// <|tool_calls_section_begin|> kimi_k2, [TOOL_CALLS] mistral, <|START_ACTION|>
+/// command_r, <|tool_call|> granite, <tool_call> hermes, <|start_header_id|> with
+/// "parameters" llama3), or by the model it names: SmolLM3 (whose own template asks for
+/// hermes calls; the test set's Unsloth edit of it renders no tools) is hermes. None when
+/// the template shows none of them (or is empty).
 ToolFamily detect_tool_family(std::string_view chat_template);
 
 /// What a request allows the parser to find.

@@ -9,6 +9,7 @@
 
 #include "gateway/api_types.hpp"
 #include "gateway/forced_calls.hpp"
+#include "gateway/known_params.hpp"
 
 namespace loom::gateway {
 namespace {
@@ -103,6 +104,7 @@ void set_constraint(std::optional<OutputConstraint>& c, OutputConstraint next) {
 void parse_constraints(const Value& body, std::optional<OutputConstraint>& c) {
     using K = OutputConstraint::Kind;
     if (const Value* rf = field(body, "response_format")) {
+        check_nested_keys(*rf, "response_format", {"type", "json_schema"});
         const Value* type = rf->IsObject() ? field(*rf, "type") : nullptr;
         const std::string t = type && type->IsString() ? type->GetString() : "";
         if (t == "json_object") {
@@ -110,6 +112,7 @@ void parse_constraints(const Value& body, std::optional<OutputConstraint>& c) {
         } else if (t == "json_schema") {
             const Value* js = field(*rf, "json_schema");
             if (!js || !js->IsObject()) bad("response_format", "'response_format.json_schema' must be an object");
+            check_nested_keys(*js, "response_format.json_schema", {"name", "description", "schema", "strict"});
             const Value* name = field(*js, "name");
             if (!name || !name->IsString())
                 bad("response_format", "'response_format.json_schema.name' must be a string");
@@ -230,9 +233,11 @@ OutputRequest parse_output_request(const Value& body, bool chat, const ChatForma
     if (mode == "auto") {
         if (fmt.tools == ToolFamily::None)
             bad("tools",
-                "this model's chat template shows no tool-call syntax loom can parse, so tool calls could not "
-                "be returned; start loom-gateway with --tool-parser NAME (" +
-                    tool_family_names() + ")");
+                "this model's chat template shows no tool-call syntax loom can parse, so calls under tool_choice "
+                "\"auto\" could not be returned; start loom-gateway with --tool-parser NAME (" +
+                    tool_family_names(false) +
+                    ") naming the syntax the model writes, or send tool_choice \"required\" or a named function "
+                    "(a JSON array of calls under a grammar)");
         o.calls = true;
         if (strict) {
             rapidjson::StringBuffer buf;
@@ -254,15 +259,15 @@ OutputRequest parse_output_request(const Value& body, bool chat, const ChatForma
         }
     }
 
-    // chat_template_kwargs (every key one the template reads) and reasoning_effort.
+    // chat_template_kwargs and reasoning_effort. A kwarg the template never reads is
+    // ignored, as vLLM and transformers ignore it (clients send enable_thinking to every
+    // model); reasoning_effort, a field of its own, must be one the template reads.
     const Value* kwargs = field(body, "chat_template_kwargs");
     const Value* effort = field(body, "reasoning_effort");
     if (kwargs && !kwargs->IsObject()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    if ((kwargs && !kwargs->ObjectEmpty()) || effort) {
-        if (chat_template.empty())
-            bad(kwargs ? "chat_template_kwargs" : "reasoning_effort",
-                "this model has no chat template, so '" +
-                    std::string(kwargs ? "chat_template_kwargs" : "reasoning_effort") + "' cannot be used");
+    if (effort && chat_template.empty())
+        bad("reasoning_effort", "this model has no chat template, so 'reasoning_effort' cannot be used");
+    if (!chat_template.empty() && ((kwargs && !kwargs->ObjectEmpty()) || effort)) {
         r.template_kwargs.SetObject();
         auto& a = r.template_kwargs.GetAllocator();
         if (kwargs)
@@ -272,10 +277,8 @@ OutputRequest parse_output_request(const Value& body, bool chat, const ChatForma
                     if (k == fixed)
                         bad("chat_template_kwargs",
                             "'chat_template_kwargs." + k + "' cannot replace the template's '" + k + "'");
-                if (!template_reads(chat_template, k))
-                    bad("chat_template_kwargs", "this model's chat template does not read '" + k +
-                                                    "', so 'chat_template_kwargs." + k + "' would change nothing");
-                r.template_kwargs.AddMember(Value(k.c_str(), a), Value(m->value, a), a);
+                if (template_reads(chat_template, k))
+                    r.template_kwargs.AddMember(Value(k.c_str(), a), Value(m->value, a), a);
             }
         if (effort) {
             const std::string e = effort->IsString() ? effort->GetString() : "";
@@ -291,6 +294,7 @@ OutputRequest parse_output_request(const Value& body, bool chat, const ChatForma
             if (it == r.template_kwargs.MemberEnd())
                 r.template_kwargs.AddMember("reasoning_effort", Value(e.c_str(), a), a);
         }
+        if (r.template_kwargs.ObjectEmpty()) r.template_kwargs.SetNull();
     }
     return r;
 }

@@ -33,8 +33,8 @@ struct OutputRequest {
     std::vector<FunctionTool> tools;
     OutputOptions output;                        ///< how to read the output
     std::optional<OutputConstraint> constraint;  ///< grammar the engine must enforce
-    /// chat_template_kwargs with reasoning_effort added, for the template; Null when
-    /// there are none.
+    /// chat_template_kwargs the template reads, with reasoning_effort added, for the
+    /// template; Null when there are none.
     rapidjson::Document template_kwargs;
 };
 
@@ -42,8 +42,11 @@ struct OutputRequest {
 /// served model's syntax, `chat_template` its template ("" for none). Throws
 /// ApiError(400): malformed values; tool_choice naming a function not in `tools`;
 /// tools with tool_choice "auto" when no tool-call syntax is known for the model;
-/// two constraints at once; a chat_template_kwargs key or reasoning_effort that the
-/// template does not read (or a model without a template).
+/// two constraints at once; a chat_template_kwargs key that would replace one of the
+/// template's own variables (messages, tools, ...); reasoning_effort that the template
+/// does not read (or a model without a template). chat_template_kwargs keys the
+/// template never reads are dropped (as vLLM and transformers ignore them), and so is
+/// the whole object for a model without a template.
 OutputRequest parse_output_request(const rapidjson::Value& body, bool chat, const ChatFormat& fmt,
                                    std::string_view chat_template);
 

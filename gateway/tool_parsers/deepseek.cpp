@@ -4,19 +4,48 @@
 // (deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja and deepseek-ai-DeepSeek-V3.1.jinja;
 // vLLM's deepseek_v3 and deepseek_v31 parsers). Which form a call is in shows after
 // the separator: '{' is V3.1. A call may also start without the outer begin marker.
+// Kimi K2 writes the V3.1 form with its own markers and a header that is the call's id
+// (Kimi-K2-Instruct.jinja; vLLM's kimi_k2 parser):
+//   <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
 #include "gateway/tool_parsers/families.hpp"
 #include "gateway/tool_parsers/tool_base.hpp"
 
 namespace loom::gateway::tools {
 namespace {
 
-const std::string kCallsBegin = "<｜tool▁calls▁begin｜>", kCallsEnd = "<｜tool▁calls▁end｜>",
-                  kCallBegin = "<｜tool▁call▁begin｜>", kCallEnd = "<｜tool▁call▁end｜>", kSep = "<｜tool▁sep｜>",
-                  kFence = "```json", kFenceEnd = "```";
+// A family's markers. `r1`: the V3/R1 form (function, name, ```json fence) is read too.
+// `kimi_ids`: the header is "functions.NAME:IDX" (the prefix optional), whose NAME is the name.
+struct SectionMarkers {
+    std::string calls_begin, calls_end, call_begin, call_end, sep;
+    bool r1 = true, kimi_ids = false;
+};
+
+const SectionMarkers kDeepSeek{"<｜tool▁calls▁begin｜>",
+                               "<｜tool▁calls▁end｜>",
+                               "<｜tool▁call▁begin｜>",
+                               "<｜tool▁call▁end｜>",
+                               "<｜tool▁sep｜>",
+                               true,
+                               false};
+const SectionMarkers kKimi{"<|tool_calls_section_begin|>",
+                           "<|tool_calls_section_end|>",
+                           "<|tool_call_begin|>",
+                           "<|tool_call_end|>",
+                           "<|tool_call_argument_begin|>",
+                           false,
+                           true};
+const std::string kFence = "```json", kFenceEnd = "```";
 
 class DeepSeekParser : public ToolParserBase {
 public:
-    explicit DeepSeekParser(const ToolParserOptions& o) : ToolParserBase(o) {}
+    DeepSeekParser(const ToolParserOptions& o, const SectionMarkers& m)
+        : ToolParserBase(o),
+          kCallsBegin(m.calls_begin),
+          kCallsEnd(m.calls_end),
+          kCallBegin(m.call_begin),
+          kCallEnd(m.call_end),
+          kSep(m.sep),
+          m_(m) {}
     std::vector<std::string> markers() const override { return {kCallsBegin, kCallsEnd, kCallBegin, kCallEnd, kSep}; }
 
 private:
@@ -75,12 +104,14 @@ private:
                 bool wait = false;
                 const size_t b = brace_at(after, wait);
                 if (wait) return false;
-                if (b != std::string::npos) {  // V3.1: the header is the name
-                    if (!plausible_name(std::string_view(buf_).substr(header_, sep_ - header_))) return fail();
+                if (b != std::string::npos) {  // V3.1: the header is the name (Kimi: holds it)
+                    size_t nb = header_, ne = sep_;
+                    if (m_.kimi_ids && !kimi_name(nb, ne)) return fail();
+                    if (!plausible_name(std::string_view(buf_).substr(nb, ne - nb))) return fail();
                     r1_ = false;
-                    return commit(header_, sep_, b);
+                    return commit(nb, ne, b);
                 }
-                if (after + ws_at(after) == buf_.size()) return fail();  // final, nothing after the separator
+                if (!m_.r1 || after + ws_at(after) == buf_.size()) return fail();  // nothing after the separator
                 r1_ = true;
                 st_ = St::R1Name;
                 return true;
@@ -163,6 +194,22 @@ private:
         return false;
     }
 
+    // Kimi's header buf_[nb..ne) is "functions.NAME:IDX" (whitespace around it, the prefix
+    // optional, as vLLM's kimi_k2 parser reads it): narrows it to NAME; false when IDX is missing.
+    bool kimi_name(size_t& nb, size_t& ne) const {
+        while (nb < ne && is_json_ws(buf_[nb])) ++nb;
+        while (ne > nb && is_json_ws(buf_[ne - 1])) --ne;
+        size_t colon = ne;
+        while (colon > nb && buf_[colon - 1] >= '0' && buf_[colon - 1] <= '9') --colon;
+        if (colon == ne || colon == nb || buf_[colon - 1] != ':') return false;
+        ne = colon - 1;
+        const std::string_view prefix = "functions.";
+        if (std::string_view(buf_).substr(nb, ne - nb).starts_with(prefix)) nb += prefix.size();
+        return true;
+    }
+
+    const std::string &kCallsBegin, &kCallsEnd, &kCallBegin, &kCallEnd, &kSep;
+    const SectionMarkers& m_;
     St st_ = St::Content;
     size_t held_ = 0, header_ = 0, sep_ = 0;
     bool r1_ = false, fence_seen_ = true;
@@ -170,6 +217,12 @@ private:
 
 }  // namespace
 
-std::unique_ptr<SpanParser> make_deepseek(const ToolParserOptions& o) { return std::make_unique<DeepSeekParser>(o); }
+std::unique_ptr<SpanParser> make_deepseek(const ToolParserOptions& o) {
+    return std::make_unique<DeepSeekParser>(o, kDeepSeek);
+}
+
+std::unique_ptr<SpanParser> make_kimi_k2(const ToolParserOptions& o) {
+    return std::make_unique<DeepSeekParser>(o, kKimi);
+}
 
 }  // namespace loom::gateway::tools

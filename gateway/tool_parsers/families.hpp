@@ -18,6 +18,7 @@ std::unique_ptr<SpanParser> make_deepseek(const ToolParserOptions& o);
 std::unique_ptr<SpanParser> make_granite(const ToolParserOptions& o);
 std::unique_ptr<SpanParser> make_command_r(const ToolParserOptions& o);
 std::unique_ptr<SpanParser> make_gpt_oss(const ToolParserOptions& o);
+std::unique_ptr<SpanParser> make_kimi_k2(const ToolParserOptions& o);
 /// See make_constrained_parser() in gateway/tool_parser.hpp.
 std::unique_ptr<SpanParser> make_constrained(std::optional<std::string> function, const ToolParserOptions& o);
 

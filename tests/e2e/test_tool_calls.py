@@ -322,10 +322,12 @@ class TokenizeRendersAsChat(ModelCopyTestCase):
         tools = self.counts(tools=TOOLS)
         self.assertEqual(tools[0], tools[1])
         self.assertGreater(tools[0], plain[0])
-        # A kwarg the template never reads: 400 on both, as it would change nothing.
-        for path in ("/tokenize", "/v1/chat/completions"):
-            st, body = self.gw.post(path, {"messages": MESSAGES, "chat_template_kwargs": {"no_such_key": 1}})
-            self.assertEqual(st, 400, (path, body))
+        # A kwarg the template never reads is ignored (as vLLM and transformers do): the
+        # prompt is the plain one, on both paths.
+        ignored = self.counts(chat_template_kwargs={"no_such_key": 1})
+        self.assertEqual(ignored, plain)
+        mixed = self.counts(chat_template_kwargs={"no_such_key": 1, "enable_thinking": False})
+        self.assertEqual(mixed, off)
 
 
 if __name__ == "__main__":

@@ -246,9 +246,10 @@ TEST_CASE("chat_template_kwargs and reasoning_effort reach only a template that 
     const std::string gpt_oss = test::template_text("openai-gpt-oss-120b.jinja");
     OutputRequest r = output_of(R"({"chat_template_kwargs": {"enable_thinking": false}})", {}, qwen3);
     CHECK(to_json(r.template_kwargs) == R"({"enable_thinking":false})");
-    CHECK(output_error(R"({"chat_template_kwargs": {"enable_thinking": false}})", {}, gpt_oss) ==
-          "this model's chat template does not read 'enable_thinking', so 'chat_template_kwargs.enable_thinking' would "
-          "change nothing");
+    // A key the template never reads is dropped, as vLLM and transformers ignore it.
+    CHECK(output_of(R"({"chat_template_kwargs": {"enable_thinking": false}})", {}, gpt_oss).template_kwargs.IsNull());
+    r = output_of(R"({"chat_template_kwargs": {"enable_thinking": false, "no_such_key": 1}})", {}, qwen3);
+    CHECK(to_json(r.template_kwargs) == R"({"enable_thinking":false})");
     r = output_of(R"({"reasoning_effort": "high", "chat_template_kwargs": {"model_identity": "I am loom."}})", {},
                   gpt_oss);
     CHECK(to_json(r.template_kwargs) == R"({"model_identity":"I am loom.","reasoning_effort":"high"})");
@@ -257,8 +258,9 @@ TEST_CASE("chat_template_kwargs and reasoning_effort reach only a template that 
     CHECK(output_error(R"({"reasoning_effort": "max"})", {}, gpt_oss).starts_with("'reasoning_effort' must be"));
     CHECK(output_error(R"({"chat_template_kwargs": {"messages": []}})", {}, qwen3) ==
           "'chat_template_kwargs.messages' cannot replace the template's 'messages'");
-    CHECK(output_error(R"({"chat_template_kwargs": {"x": 1}})", {}, "") ==
-          "this model has no chat template, so 'chat_template_kwargs' cannot be used");
+    CHECK(output_of(R"({"chat_template_kwargs": {"x": 1}})", {}, "").template_kwargs.IsNull());
+    CHECK(output_error(R"({"reasoning_effort": "low"})", {}, "") ==
+          "this model has no chat template, so 'reasoning_effort' cannot be used");
     CHECK(output_of(R"({"chat_template_kwargs": {}})", {}, "").template_kwargs.IsNull());
     CHECK(template_reads("{% if enable_thinking %}", "enable_thinking"));
     CHECK_FALSE(template_reads("{{ my_enable_thinking_x }}", "enable_thinking"));
