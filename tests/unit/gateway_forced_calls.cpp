@@ -69,6 +69,16 @@ std::vector<Case> cases() {
          " to=functions.get_weather<|channel|>commentary json<|message|>" + w +
              "<|call|><|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>" + t + "<|call|>",
          " to=functions.get_time<|channel|>commentary json<|message|>" + u + "<|call|>"},
+        {"kimi_k2", ToolFamily::KimiK2, "Kimi-K2-Instruct.jinja",
+         "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>" + w +
+             "<|tool_call_end|><|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>" + t +
+             "<|tool_call_end|><|tool_calls_section_end|>",
+         "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:12<|tool_call_argument_begin|>" + u +
+             "<|tool_call_end|><|tool_calls_section_end|>"},
+        {"smollm3 (hermes)", ToolFamily::Hermes, "HuggingFaceTB-SmolLM3-3B.jinja",
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " + w +
+             "}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": " + t + "}\n</tool_call>",
+         "<tool_call>\n{\"name\": \"get_time\", \"arguments\": " + u + "}\n</tool_call>"},
     };
 }
 
@@ -121,6 +131,10 @@ TEST_CASE("forced calls: the sources, exactly") {
           R"([" to=functions.get_weather<|channel|>commentary json<|message|>",)"
           R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]},"<|call|>"],)"
           R"([" to=functions.get_time<|channel|>commentary json<|message|>",{"type":"object"},"<|call|>"]]})");
+    CHECK(forced_call_source(ToolFamily::KimiK2, "", kTools, &get_time, false) ==
+          R"({"prefix":"<|tool_calls_section_begin|>","suffix":"<|tool_calls_section_end|>","repeat":false,)"
+          R"("alternatives":[["<|tool_call_begin|>functions.get_time:",{"type":"integer","minimum":0,"maximum":999},)"
+          R"("<|tool_call_argument_begin|>",{"type":"object"},"<|tool_call_end|>"]]})");
     CHECK(forced_call_source(ToolFamily::Granite, "", kTools, &get_time, false) ==
           R"({"prefix":"<|tool_call|>[","suffix":"]","separator":", ","repeat":false,"alternatives":[)"
           R"(["{\"name\": \"get_time\", \"arguments\": ",{"type":"object"},"}"]]})");

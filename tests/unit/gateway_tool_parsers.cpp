@@ -73,12 +73,15 @@ TEST_CASE("templates are detected as their tool-call families") {
     CHECK(detect_tool_family(template_text("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja")) ==
           ToolFamily::CommandR);
     CHECK(detect_tool_family(template_text("openai-gpt-oss-120b.jinja")) == ToolFamily::GptOss);
+    CHECK(detect_tool_family(template_text("Kimi-K2-Instruct.jinja")) == ToolFamily::KimiK2);
+    CHECK(detect_tool_family(template_text("HuggingFaceTB-SmolLM3-3B.jinja")) == ToolFamily::Hermes);
     CHECK(detect_tool_family(template_text("google-gemma-2-2b-it.jinja")) == ToolFamily::None);
     CHECK(detect_tool_family(template_text("microsoft-Phi-3.5-mini-instruct.jinja")) == ToolFamily::None);
     CHECK(detect_tool_family("") == ToolFamily::None);
     for (auto f : {ToolFamily::None, ToolFamily::Hermes, ToolFamily::Llama3, ToolFamily::Mistral, ToolFamily::DeepSeek,
-                   ToolFamily::Granite, ToolFamily::CommandR, ToolFamily::GptOss})
+                   ToolFamily::Granite, ToolFamily::CommandR, ToolFamily::GptOss, ToolFamily::KimiK2})
         CHECK(tool_family_from_name(tool_family_name(f)) == f);
+    CHECK(tool_family_names(false) == "hermes, llama3, mistral, deepseek, granite, command_r, gpt_oss, kimi_k2");
     CHECK_FALSE(tool_family_from_name("auto"));
 }
 
@@ -261,6 +264,45 @@ TEST_CASE("deepseek: V3.1 and R1 forms") {
                        "<｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"a\" 1}<｜tool▁call▁end｜>after");
     check_one_call(p, "{\"a\" 1}", "after");
     check_all_content(maker(tools_of(ToolFamily::DeepSeek)), {"<｜tool▁calls▁begin｜>garbage"});
+}
+
+TEST_CASE("kimi_k2: the template's call section; ids name the function; malformed headers stay content") {
+    // An assistant turn with calls as Kimi-K2-Instruct.jinja writes it. (Rendering one raises
+    // under Jinja2's immutable sandbox, which transformers and loom use: the template calls
+    // list.append; tests/templates checks that loom raises as Jinja2 does.)
+    const std::string turn =
+        "Let me look.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+        "{\"city\": \"Paris\"}<|tool_call_end|><|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>"
+        "{\"tz\": \"CET\"}<|tool_call_end|><|tool_calls_section_end|>";
+    CHECK_THROWS_WITH(
+        render("Kimi-K2-Instruct.jinja", two_calls_turn(R"(, "content": "Let me look.")"), kTools, false, "", ""),
+        Catch::Contains("access to attribute 'append' of 'list' object is unsafe"));
+    const auto make = maker(tools_of(ToolFamily::KimiK2));
+    Parsed p = parse_all_ways(make, turn);
+    check_two_calls(p);
+    CHECK(p.content == "Let me look.");
+    // The header without the functions. prefix (vLLM reads it too), whitespace around it.
+    p = parse_all_ways(make,
+                       "<|tool_calls_section_begin|><|tool_call_begin|> get_time:7 <|tool_call_argument_begin|>"
+                       "{\"tz\": \"CET\"}<|tool_call_end|><|tool_calls_section_end|>");
+    check_one_call(p, "{\"tz\": \"CET\"}", "");
+    CHECK(p.calls[0].name == "get_time");
+    // No index, no arguments object, no separator: not calls.
+    check_all_content(make, {"<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time<|tool_call_argument_"
+                             "begin|>{}<|tool_call_end|>",
+                             "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>[1]<|tool_call_end|>",
+                             "<|tool_calls_section_begin|>garbage"});
+}
+
+TEST_CASE("smollm3: hermes calls, after its reasoning") {
+    OutputOptions o = tools_of(detect_tool_family(template_text("HuggingFaceTB-SmolLM3-3B.jinja")));
+    o.reasoning = ReasoningFamily::Think;
+    const Parsed p = parse_all_ways(maker(o),
+                                    "<think>\nThe weather tool.\n</think>\n<tool_call>\n{\"name\": \"get_weather\", "
+                                    "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    CHECK(p.reasoning == "The weather tool.");
+    check_two_calls(p, false);
+    CHECK(p.content.empty());
 }
 
 TEST_CASE("granite: a JSON list after <|tool_call|>") {
