@@ -104,6 +104,22 @@ TEST_CASE("chat: logprobs, max_completion_tokens, stream options") {
     CHECK(r.include_usage);
     CHECK(r.prompts[0] == std::vector<int32_t>{kBos, kBang});
     CHECK_FALSE(chat(R"({"model":"m","messages":[{"role":"user","content":"!"}]})").max_tokens);
+    CHECK_FALSE(r.continuous_usage);
+    // vLLM's continuous_usage_stats: usage on every chunk, with include_usage only (as vLLM).
+    const std::string msgs = R"({"model":"m","messages":[{"role":"user","content":"!"}],"stream":true,)";
+    CHECK(chat(msgs + R"("stream_options":{"include_usage":true,"continuous_usage_stats":true}})").continuous_usage);
+    CHECK_FALSE(chat(msgs + R"("stream_options":{"continuous_usage_stats":true}})").continuous_usage);
+    CHECK(chat(msgs + R"("stream_options":{"include_obfuscation":false}})").stream);
+}
+
+TEST_CASE("stream_options: unknown keys are named, as unknown top-level members are") {
+    const ApiError e =
+        error_of(R"({"model":"m","prompt":"x","stream":true,"stream_options":{"include_usage":true,"usage":1,"x":2}})");
+    CHECK(e.status == 400);
+    CHECK(e.message == "Unrecognized request arguments supplied: stream_options.usage, stream_options.x");
+    const ApiError one = error_of(R"({"model":"m","prompt":"x","stream":true,"stream_options":{"inclde_usage":true}})");
+    CHECK(one.message == "Unrecognized request argument supplied: stream_options.inclde_usage");
+    CHECK(one.param == "stream_options.inclde_usage");
 }
 
 TEST_CASE("validation errors carry status, param and code") {

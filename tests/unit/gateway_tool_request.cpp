@@ -176,8 +176,14 @@ TEST_CASE("tools and tool_choice: validation and what the output parser is told"
     CHECK(output_error(R"({"tools": )" + kTools + R"(, "parallel_tool_calls": 1})") ==
           "'parallel_tool_calls' must be a boolean");
     // A model whose template shows no tool-call syntax cannot return calls.
-    CHECK(output_error(R"({"tools": )" + kTools + "}", ChatFormat{})
-              .starts_with("this model's chat template shows no tool-call syntax"));
+    // The error names only the parsers that find calls (not "none", which would 400 too),
+    // and the tool_choice values that work without one.
+    CHECK(output_error(R"({"tools": )" + kTools + "}", ChatFormat{}) ==
+          "this model's chat template shows no tool-call syntax loom can parse, so calls under tool_choice \"auto\" "
+          "could not be returned; start loom-gateway with --tool-parser NAME (hermes, llama3, mistral, deepseek, "
+          "granite, command_r, gpt_oss, kimi_k2) naming the syntax the model writes, or send tool_choice "
+          "\"required\" or a named function (a JSON array of calls under a grammar)");
+    CHECK(output_error(R"({"tools": )" + kTools + R"(, "tool_choice": "required"})", ChatFormat{}).empty());
     CHECK(output_error(R"({"tools": )" + kTools + R"(, "tool_choice": "none"})", ChatFormat{}).empty());
 }
 
@@ -238,6 +244,12 @@ TEST_CASE("forced calls and response formats become one grammar constraint") {
     CHECK(output_error(R"({"response_format": {"type": "json_object"}, "guided_regex": "a+"})") ==
           "'guided_regex' and 'response_format' both constrain the output; give one of them");
     CHECK(output_error(R"({"response_format": {"type": "yaml"}})").starts_with("'response_format.type' must be"));
+    // Keys OpenAI does not define, nested in response_format, are named as unknown top-level ones are.
+    CHECK(output_error(R"({"response_format": {"type": "json_object", "schema": {}}})") ==
+          "Unrecognized request argument supplied: response_format.schema");
+    CHECK(output_error(R"({"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {},
+          "strict": true, "description": "d", "shema": {}}}})") ==
+          "Unrecognized request argument supplied: response_format.json_schema.shema");
     CHECK(output_error(R"({"guided_choice": []})") == "'guided_choice' must be a non-empty array of strings");
 }
 
