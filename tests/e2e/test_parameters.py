@@ -247,6 +247,47 @@ class Parameters(loomtest.GatewayTestCase):
                 self.assertTrue(all("usage" not in c for c in chunks))
                 self.assertTrue(all(c["choices"] for c in chunks))
 
+    def test_stream_options_continuous_usage_stats(self):
+        # vLLM's continuous_usage_stats: every chunk carries its choice's usage so far (the
+        # role chunk 0 tokens); the final usage chunk is the request's, as with include_usage.
+        for path, body in (("/v1/completions", {"prompt": CASE["prompt"]}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})):
+            with self.subTest(path=path):
+                req = dict(body, model=NAME, temperature=0, max_tokens=5, stream=True,
+                           stream_options={"include_usage": True, "continuous_usage_stats": True})
+                _, chunks, done = self.gw.stream(path, req)
+                self.assertTrue(done)
+                final = chunks[-1]
+                self.assertEqual(final["choices"], [])
+                self.assertEqual(final["usage"]["completion_tokens"], 5)
+                counts = [c["usage"]["completion_tokens"] for c in chunks[:-1]]
+                if path == "/v1/chat/completions":
+                    self.assertEqual(counts[0], 0)  # the role chunk
+                    counts = counts[1:]
+                # One token per chunk here, then the finish chunk (no text) with the same count.
+                self.assertEqual(counts, [1, 2, 3, 4, 5] + [5] * (len(counts) - 5))
+                self.assertIsNotNone(chunks[-2]["choices"][0]["finish_reason"])
+                for c in chunks[:-1]:
+                    self.assertEqual(c["usage"]["prompt_tokens"], final["usage"]["prompt_tokens"])
+                    self.assertEqual(c["usage"]["total_tokens"],
+                                     c["usage"]["prompt_tokens"] + c["usage"]["completion_tokens"])
+                # Without include_usage it changes nothing (as in vLLM).
+                req["stream_options"] = {"continuous_usage_stats": True}
+                _, chunks, done = self.gw.stream(path, req)
+                self.assertTrue(all("usage" not in c for c in chunks))
+
+    def test_nested_unknown_keys_are_named(self):
+        chat = {"model": NAME, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+        for body, name in ((dict(chat, stream=True, stream_options={"include_usage": True, "include_usge": 1}),
+                            "stream_options.include_usge"),
+                           (dict(chat, response_format={"type": "json_object", "strict": True}),
+                            "response_format.strict")):
+            with self.subTest(name=name):
+                st, err = self.gw.post("/v1/chat/completions", body)
+                self.assertEqual(st, 400, err)
+                self.assertEqual(err["error"]["message"], "Unrecognized request argument supplied: " + name)
+                self.assertEqual(err["error"]["param"], name)
+
     # -- echo ---------------------------------------------------------------------------
 
     def test_echo_scores_a_continuation_like_lm_eval(self):

@@ -8,6 +8,8 @@ behind fake_engine.py, which replays the token ids of a recorded tool-call text;
 gateway must return the parsed calls, streamed and not, with logprob lists whose bytes
 join to each part's text.
 """
+import http.client
+import json
 import os
 import re
 import sys
@@ -60,7 +62,12 @@ class UnknownParameters(GatewayTestCase):
         self.assertEqual(status, 400)
         self.assertIn("no tool-call syntax", error_message(body))
         self.assertEqual(self.chat(tools=TOOLS, tool_choice="none")[0], 200)
-        status, body = self.chat(chat_template_kwargs={"enable_thinking": False})
+        # Template kwargs are ignored without a template (clients send enable_thinking to
+        # every model); reasoning_effort, which asks for something, is refused.
+        status, with_kwargs = self.chat(chat_template_kwargs={"enable_thinking": False})
+        self.assertEqual(status, 200, with_kwargs)
+        self.assertEqual(with_kwargs["usage"]["prompt_tokens"], self.chat()[1]["usage"]["prompt_tokens"])
+        status, body = self.chat(reasoning_effort="low")
         self.assertEqual(status, 400)
         self.assertIn("no chat template", error_message(body))
         # The CPU engine announces `grammar`: forced calls and JSON output are served
@@ -245,6 +252,80 @@ class HermesCalls(ReplayCase):
         self.assertTrue("{\"tz\": \"CET\"}".startswith(c["message"]["tool_calls"][1]["function"]["arguments"]))
 
 
+    # -- the Responses API: the same calls as function_call output items ----------------
+
+    RESPONSES_TOOLS = [dict(t["function"], type="function") for t in TOOLS]
+
+    def responses_events(self, body):
+        """POSTs a streamed /v1/responses body; returns its events' data, in order."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.gw.port, timeout=120)
+        conn.request("POST", "/v1/responses", body=json.dumps(dict(body, stream=True)),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        self.assertEqual(resp.status, 200)
+        events = []
+        for block in resp.read().decode("utf-8").split("\n\n"):
+            if block.strip():
+                name, data = block.split("\n", 1)
+                self.assertEqual(name, "event: " + json.loads(data[len("data: "):])["type"])
+                events.append(json.loads(data[len("data: "):]))
+        conn.close()
+        return events
+
+    def test_responses_function_call_items(self):
+        self.replay(self.TEXT)
+        body = {"model": self.model_id, "input": MESSAGES[0]["content"], "tools": self.RESPONSES_TOOLS}
+        status, r = self.gw.post("/v1/responses", body)
+        self.assertEqual(status, 200, r)
+        self.assertEqual(r["status"], "completed")
+        self.assertEqual([o["type"] for o in r["output"]], ["message", "function_call", "function_call"])
+        self.assertEqual(r["output"][0]["content"][0]["text"], "I'll check.")
+        calls = r["output"][1:]
+        self.assertEqual([(c["name"], c["arguments"], c["status"]) for c in calls],
+                         [("get_weather", "{\"city\": \"Paris\"}", "completed"),
+                          ("get_time", "{\"tz\": \"CET\"}", "completed")])
+        for c in calls:
+            self.assertRegex(c["call_id"], r"^call_[A-Za-z0-9]{24}$")
+            self.assertTrue(c["id"].startswith("fc_"))
+        self.assertEqual(r["tools"], self.RESPONSES_TOOLS)
+        self.assertEqual(r["tool_choice"], "auto")
+
+        # Streamed: each item added, its deltas, done; the final object equals the whole one
+        # (call ids aside, which are fresh per response).
+        events = self.responses_events(body)
+        self.assertEqual([e["sequence_number"] for e in events], list(range(len(events))))
+        kinds = [e["type"] for e in events]
+        self.assertEqual(kinds.count("response.output_item.added"), 3)
+        self.assertEqual(kinds.count("response.output_item.done"), 3)
+        self.assertEqual(kinds.count("response.function_call_arguments.done"), 2)
+        self.assertEqual(kinds[-1], "response.completed")
+        args = {}
+        for e in events:
+            if e["type"] == "response.function_call_arguments.delta":
+                args[e["output_index"]] = args.get(e["output_index"], "") + e["delta"]
+            if e["type"] == "response.function_call_arguments.done":
+                self.assertEqual(e["arguments"], args[e["output_index"]])
+        self.assertEqual(args, {1: "{\"city\": \"Paris\"}", 2: "{\"tz\": \"CET\"}"})
+        strip = lambda out: [dict(o, call_id=None, id=None) for o in out]
+        self.assertEqual(strip(events[-1]["response"]["output"]), strip(r["output"]))
+
+        # The calls and their results sent back as input items render as the chat does.
+        turn = [{"type": "function_call", "call_id": c["call_id"], "name": c["name"], "arguments": c["arguments"]}
+                for c in calls]
+        results = [{"type": "function_call_output", "call_id": c["call_id"], "output": "sunny"} for c in calls]
+        st, again = self.gw.post("/v1/responses", dict(body, input=[{"role": "user", "content": "Hi"}] + turn + results,
+                                                       max_output_tokens=1))
+        self.assertEqual(st, 200, again)
+        chat_msgs = [{"role": "user", "content": "Hi"},
+                     {"role": "assistant", "tool_calls": [
+                         {"id": c["call_id"], "type": "function",
+                          "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]}] + [
+            {"role": "tool", "tool_call_id": c["call_id"], "content": "sunny"} for c in calls]
+        st, tok = self.gw.post("/tokenize", {"messages": chat_msgs, "tools": TOOLS})
+        self.assertEqual(st, 200, tok)
+        self.assertEqual(again["usage"]["input_tokens"], tok["count"])
+
+
 class HarmonyChannels(ReplayCase):
     """gpt-oss's template; the harmony markers are control tokens (no text in chat)."""
 
@@ -274,10 +355,18 @@ class HarmonyChannels(ReplayCase):
         self.assertEqual(c["finish_reason"], "stop")
 
     def test_template_kwargs_it_does_not_read(self):
-        status, body = self.gw.post("/v1/chat/completions", {"model": self.model_id, "messages": MESSAGES,
-                                                             "chat_template_kwargs": {"enable_thinking": True}})
-        self.assertEqual(status, 400)
-        self.assertIn("does not read 'enable_thinking'", error_message(body))
+        # gpt-oss's template never reads enable_thinking: the key is ignored (as vLLM and
+        # transformers ignore it), the prompt is the one without it.
+        # (/tokenize renders exactly as chat does.)
+        counts = []
+        for kwargs in ({"enable_thinking": True}, None):
+            body = {"messages": MESSAGES}
+            if kwargs:
+                body["chat_template_kwargs"] = kwargs
+            status, body = self.gw.post("/tokenize", body)
+            self.assertEqual(status, 200, body)
+            counts.append(body["tokens"])
+        self.assertEqual(counts[0], counts[1])
 
 
 class MistralSplitMarkers(ReplayCase):
