@@ -3,7 +3,9 @@
 // client's types; n and stop; errors arriving as the client's error classes; the
 // Responses API (responses.create, streamed and not, with logprobs); echo scoring;
 // vLLM's prompt_logprobs and return_token_ids; content parts on a templated model;
-// chat.completions.parse with a JSON schema and a strict tool (message.parsed, parsed_arguments).
+// chat.completions.parse with a JSON schema and a strict tool (message.parsed, parsed_arguments);
+// the Responses API's structured output and function tools (responses.parse with a zod
+// schema, the AI SDK's generateObject, function_call items streamed and not).
 // Run by CTest (tests/openai/CMakeLists.txt) with node's built-in test runner:
 //   LOOM_BIN=build/bin LOOM_SHARED=../shared node --test tests/openai/
 import { after, before, describe, test } from 'node:test';
@@ -546,5 +548,114 @@ describe('content parts on a model with a chat template', () => {
     }).then((x) => x.json());
     assert.equal(count.count, withTools.usage.prompt_tokens);
     assert.ok(withTools.usage.prompt_tokens > a.usage.prompt_tokens); // the template rendered the tools
+  });
+});
+
+// The Responses API's structured output and function tools, through the openai client's
+// responses.parse (a zod schema) and the AI SDK's default provider (openai(model) speaks
+// the Responses API): a copy of stories260K with Qwen2.5's template (hermes tool calls),
+// served by the CPU engine, whose grammar shapes the output.
+describe('structured output and tools on the Responses API (openai responses.parse, AI SDK generateObject)', () => {
+  let gw;
+  let dir;
+  let client;
+  let baseURL;
+  const model = 'qwen-responses';
+  before(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), 'loom-openai-resp-'));
+    const file = path.join(dir, `${model}.gguf`);
+    const { execFileSync } = await import('node:child_process');
+    execFileSync(path.join(BIN, 'loom-make-model'), [
+      '--out', file, '--chat-template', path.join(SHARED, 'models', 'templates', 'Qwen-Qwen2.5-7B-Instruct.jinja'),
+    ]);
+    gw = await startGatewayOn(file, []);
+    await waitReady(gw.port);
+    baseURL = `http://127.0.0.1:${gw.port}/v1`;
+    client = clientFor(gw.port, 'unused');
+  });
+  after(async () => {
+    await stopGateway(gw);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('responses.parse with a zod schema: output_parsed follows it, text.format is echoed', async () => {
+    const { z } = await import('zod');
+    const { zodTextFormat } = await import('openai/helpers/zod');
+    const Mood = z.object({ mood: z.enum(['happy', 'sad']), count: z.number().int().min(0).max(9) });
+    const r = await client.responses.parse({
+      model, input: 'How do you feel?', max_output_tokens: 200, temperature: 0.7, seed: 1,
+      text: { format: zodTextFormat(Mood, 'mood') },
+    });
+    assert.equal(r.status, 'completed');
+    assert.ok(['happy', 'sad'].includes(r.output_parsed.mood), JSON.stringify(r.output_parsed));
+    assert.ok(Number.isInteger(r.output_parsed.count) && r.output_parsed.count >= 0 && r.output_parsed.count <= 9);
+    assert.deepEqual(JSON.parse(r.output_text), r.output_parsed);
+    assert.equal(r.text.format.type, 'json_schema');
+    assert.equal(r.text.format.name, 'mood');
+    // json_object: some JSON object (this seed's object ends within the budget).
+    const o = await client.responses.create({
+      model, input: 'JSON please', max_output_tokens: 200, seed: 3, text: { format: { type: 'json_object' } },
+    });
+    assert.equal(o.status, 'completed');
+    assert.equal(o.text.format.type, 'json_object');
+    assert.equal(typeof JSON.parse(o.output_text), 'object');
+  });
+
+  test('generateObject through the AI SDK default provider (the Responses API)', async () => {
+    const { z } = await import('zod');
+    const { generateObject } = await import('ai');
+    const { createOpenAI } = await import('@ai-sdk/openai');
+    const openai = createOpenAI({ baseURL, apiKey: 'unused' });
+    const { object, finishReason, usage } = await generateObject({
+      model: openai(model),
+      schema: z.object({ answer: z.enum(['yes', 'no']), confidence: z.number().int().min(1).max(5) }),
+      prompt: 'Is the sky blue?',
+      maxOutputTokens: 200,
+      temperature: 0,
+      maxRetries: 0,
+    });
+    assert.ok(['yes', 'no'].includes(object.answer), JSON.stringify(object));
+    assert.ok(object.confidence >= 1 && object.confidence <= 5);
+    assert.equal(finishReason, 'stop');
+    assert.ok(usage.outputTokens > 0);
+  });
+
+  test('function tools: a forced call as a function_call item, streamed and not, and its result sent back', async () => {
+    const tools = [{
+      type: 'function', name: 'get_time', description: 'the time in a zone', strict: true,
+      parameters: { type: 'object', properties: { tz: { type: 'string', enum: ['UTC', 'CET'] } }, required: ['tz'],
+        additionalProperties: false },
+    }];
+    const r = await client.responses.create({
+      model, input: 'What time is it?', tools, tool_choice: 'required', parallel_tool_calls: false,
+      max_output_tokens: 200, seed: 4,
+    });
+    assert.equal(r.status, 'completed');
+    const calls = r.output.filter((o) => o.type === 'function_call');
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].name, 'get_time');
+    assert.ok(['UTC', 'CET'].includes(JSON.parse(calls[0].arguments).tz));
+    assert.match(calls[0].call_id, /^call_[A-Za-z0-9]{24}$/);
+    // Streamed: the client's own accumulation of the events gives the same call.
+    const stream = client.responses.stream({
+      model, input: 'What time is it?', tools, tool_choice: { type: 'function', name: 'get_time' },
+      max_output_tokens: 200, seed: 4,
+    });
+    const deltas = [];
+    stream.on('response.function_call_arguments.delta', (e) => deltas.push(e.delta));
+    const final = await stream.finalResponse();
+    const call = final.output.find((o) => o.type === 'function_call');
+    assert.equal(call.name, 'get_time');
+    assert.equal(deltas.join(''), call.arguments);
+    assert.ok(['UTC', 'CET'].includes(JSON.parse(call.arguments).tz));
+    // The round trip: the call and its output as input items; the model answers in text.
+    // ("strict" tools need a forced tool_choice: loom cannot enforce calls under "auto".)
+    const next = await client.responses.create({
+      model, tools, tool_choice: 'none', max_output_tokens: 4, temperature: 0,
+      input: [{ role: 'user', content: 'What time is it?' }, call,
+        { type: 'function_call_output', call_id: call.call_id, output: '12:00' }],
+    });
+    assert.equal(next.status, 'incomplete');
+    assert.ok(next.usage.input_tokens > r.usage.input_tokens);
   });
 });
