@@ -223,6 +223,19 @@ void response_fields(Writer& w, const GenerationRequest& req, const ResponseMeta
     w.EndObject();
 }
 
+// The fields of an item event naming its item: item_id, output_index and, for an event
+// of its one content part, content_index.
+void item_ids(Writer& w, const ResponsesItem& it, int at, bool part) {
+    w.Key("item_id");
+    str(w, it.id);
+    w.Key("output_index");
+    w.Int(at);
+    if (part) {
+        w.Key("content_index");
+        w.Int(0);
+    }
+}
+
 // `"key":<value>` pairs written by `f` into an object, without its braces.
 template <class F>
 std::string fields(F&& f) {
@@ -283,12 +296,7 @@ ResponsesItem& ResponsesStream::start(Kind kind, std::vector<ResponsesEvent>& ou
                         })));
     if (kind != Kind::FunctionCall)
         out.push_back(event("response.content_part.added", fields([&](Writer& w) {
-                                w.Key("item_id");
-                                str(w, it.id);
-                                w.Key("output_index");
-                                w.Int(at);
-                                w.Key("content_index");
-                                w.Int(0);
+                                item_ids(w, it, at, true);
                                 w.Key("part");
                                 content_part(w, req_, tok_, it, false);
                             })));
@@ -297,16 +305,7 @@ ResponsesItem& ResponsesStream::start(Kind kind, std::vector<ResponsesEvent>& ou
 
 void ResponsesStream::close(ResponsesItem& it, std::vector<ResponsesEvent>& out) {
     const int at = index_of(it);
-    auto ids = [&](Writer& w, bool part) {
-        w.Key("item_id");
-        str(w, it.id);
-        w.Key("output_index");
-        w.Int(at);
-        if (part) {
-            w.Key("content_index");
-            w.Int(0);
-        }
-    };
+    auto ids = [&](Writer& w, bool part) { item_ids(w, it, at, part); };
     if (it.kind == Kind::FunctionCall) {
         out.push_back(event("response.function_call_arguments.done", fields([&](Writer& w) {
                                 ids(w, false);
@@ -351,14 +350,7 @@ std::vector<ResponsesEvent> ResponsesStream::add(const ChoiceOut& part) {
         const bool same = !items_.empty() && !items_.back().done && items_.back().kind == kind;
         ResponsesItem& it = same ? items_.back() : start(kind, out);
         const int at = index_of(it);
-        auto ids = [&](Writer& w) {
-            w.Key("item_id");
-            str(w, it.id);
-            w.Key("output_index");
-            w.Int(at);
-            w.Key("content_index");
-            w.Int(0);
-        };
+        auto ids = [&](Writer& w) { item_ids(w, it, at, true); };
         it.text += delta;
         for (const LogprobEntry& e : entries) it.entries.push_back(e);
         const bool msg = kind == Kind::Message;
@@ -388,10 +380,7 @@ std::vector<ResponsesEvent> ResponsesStream::add(const ChoiceOut& part) {
         ResponsesItem& it = items_[static_cast<size_t>(call_items_[static_cast<size_t>(d.index)])];
         it.text += d.arguments;
         out.push_back(event("response.function_call_arguments.delta", fields([&](Writer& w) {
-                                w.Key("item_id");
-                                str(w, it.id);
-                                w.Key("output_index");
-                                w.Int(index_of(it));
+                                item_ids(w, it, index_of(it), false);
                                 w.Key("delta");
                                 str(w, d.arguments);
                             })));
