@@ -1,7 +1,8 @@
 // Row (de)quantization dispatch, float conversions and the 32-element quantizers.
 //
-// Layouts: model/quant/quant_blocks.hpp (ggml-common.h, GGUF format). The K-quant and
-// IQ4_XS quantizers live in model/quant_k.cpp.
+// Layouts: model/quant/quant_blocks.hpp and quant_blocks_iq.hpp (ggml-common.h, GGUF format).
+// The K-quant and IQ4_XS quantizers live in model/quant/quant_k.cpp, the IQ1/IQ2/IQ3 ones in
+// model/quant/quant_iq.cpp.
 #include "model/quant/quant.hpp"
 
 #include <cmath>
@@ -253,6 +254,13 @@ void quantize_row(uint32_t type, const float* src, void* dst, int64_t n) {
         case GgmlType::Q5_K: return quant_blocks<256, 176>(quantize_block_q5_k, src, dst, n);
         case GgmlType::Q6_K: return quant_blocks<256, 210>(quantize_block_q6_k, src, dst, n);
         case GgmlType::IQ4_XS: return quant_blocks<256, 136>(quantize_block_iq4_xs, src, dst, n);
+        case GgmlType::IQ2_XXS: return quant_blocks<256, 66>(quantize_block_iq2_xxs, src, dst, n);
+        case GgmlType::IQ2_XS: return quant_blocks<256, 74>(quantize_block_iq2_xs, src, dst, n);
+        case GgmlType::IQ2_S: return quant_blocks<256, 82>(quantize_block_iq2_s, src, dst, n);
+        case GgmlType::IQ3_XXS: return quant_blocks<256, 98>(quantize_block_iq3_xxs, src, dst, n);
+        case GgmlType::IQ3_S: return quant_blocks<256, 110>(quantize_block_iq3_s, src, dst, n);
+        case GgmlType::IQ1_S: return quant_blocks<256, 50>(quantize_block_iq1_s, src, dst, n);
+        case GgmlType::IQ1_M: return quant_blocks<256, 56>(quantize_block_iq1_m, src, dst, n);
         default: break;
     }
     throw std::invalid_argument("cannot quantize to tensor type " + type_name(type));  // unreachable

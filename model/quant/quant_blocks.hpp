@@ -17,28 +17,13 @@
 
 #include "model/gguf/ggml_types.hpp"
 #include "model/quant/quant.hpp"
-
-#if defined(__GNUC__)
-#define LOOM_QB_INLINE inline __attribute__((always_inline))
-#else
-#define LOOM_QB_INLINE inline
-#endif
+#include "model/quant/quant_block_base.hpp"
+#include "model/quant/quant_blocks_iq.hpp"
 
 namespace loom::model::blocks {
 
 /// The 16 signed levels of IQ4_NL and IQ4_XS, ascending (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-
-/// The little-endian T stored at p (any alignment); the host is little-endian, as GGUF.
-template <class T>
-LOOM_QB_INLINE T load_le(const uint8_t* p) {
-    T v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-
-/// Half float stored little-endian at p.
-LOOM_QB_INLINE float load_f16(const uint8_t* p) { return fp16_to_fp32(load_le<uint16_t>(p)); }
 
 /// 6-bit scale j (0..7) and 6-bit min j of Q4_K / Q5_K's 12 packed scale bytes:
 /// bytes 0-3 hold scales 0-3 (bits 0-5), bytes 4-7 mins 0-3 (bits 0-5); scales and
@@ -75,14 +60,6 @@ LOOM_QB_INLINE int q3k_scale(const uint8_t* s, int i) {
     const int hi = (s[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
     return (lo | (hi << 4)) - 32;
 }
-
-/// What each block decoder below declares: the type it reads (kType), the elements
-/// (kSize) and bytes (kBytes) of one block.
-template <GgmlType T, int Size, int Bytes>
-struct BlockOf {
-    static constexpr GgmlType kType = T;
-    static constexpr int kSize = Size, kBytes = Bytes;
-};
 
 /// Bit 4 of element j of a Q5_0 / Q5_1 block, as 0 or 16: bit j of its uint32 qh.
 LOOM_QB_INLINE int32_t q5_high(uint32_t qh, int j) { return static_cast<int32_t>((qh >> j) & 1) << 4; }
@@ -283,10 +260,11 @@ struct IQ4_XS : BlockOf<GgmlType::IQ4_XS, 256, 136> {
     }
 };
 
-/// The block decoders above, as a list of types (see with_block).
+/// The block decoders above and those of quant_blocks_iq.hpp, as a list of types (see with_block).
 template <class... Bs>
 struct BlockList {};
-using AllBlocks = BlockList<Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS>;
+using AllBlocks = BlockList<Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ2_XXS, IQ2_XS,
+                            IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M>;
 
 /// Calls `f.template operator()<B>()` for the decoder B in `list` whose kType is `type` and
 /// returns true; returns false, not calling f, when none is.

@@ -1,4 +1,4 @@
-// Helpers shared by loom's quantizers (model/quant/quant.cpp, model/quant/quant_k.cpp); internal.
+// Helpers shared by loom's quantizers (model/quant/quant.cpp, quant_k.cpp, quant_iq.cpp); internal.
 //
 // Each quantize_block_* encodes one block (256 floats) in the layout that
 // model/quant/quant_blocks.hpp documents (ggml-common.h via the GGUF format).
@@ -43,5 +43,14 @@ void quantize_block_q4_k(const float* x, uint8_t* b);
 void quantize_block_q5_k(const float* x, uint8_t* b);
 void quantize_block_q6_k(const float* x, uint8_t* b);
 void quantize_block_iq4_xs(const float* x, uint8_t* b);
+
+/// One 256-element block of each low-bit IQ type (model/quant/quant_iq.cpp).
+void quantize_block_iq2_xxs(const float* x, uint8_t* b);
+void quantize_block_iq2_xs(const float* x, uint8_t* b);
+void quantize_block_iq2_s(const float* x, uint8_t* b);
+void quantize_block_iq3_xxs(const float* x, uint8_t* b);
+void quantize_block_iq3_s(const float* x, uint8_t* b);
+void quantize_block_iq1_s(const float* x, uint8_t* b);
+void quantize_block_iq1_m(const float* x, uint8_t* b);
 
 }  // namespace loom::model::qdetail
