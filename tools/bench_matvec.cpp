@@ -1,7 +1,7 @@
 // loom-bench-matvec: speed of the CPU dot kernels (engine/backends/cpu/matvec.hpp) per weight type.
 //
 // Builds one random matrix of `rows` x `n` weights (default 4096 x 4096), stores it in
-// every type loom can decode, and times a full matrix-vector product (dot_row over
+// every type loom can decode (the IQ1/IQ2/IQ3 types' simple quantizer takes seconds here), and times a full matrix-vector product (dot_row over
 // all rows, one thread) and a prefill product (dot_row_multi with --vecs vectors).
 // Reports GB/s of weight bytes read, G weights/s, and the speed of each type relative
 // to the F32 kernel measured in the same run (time of F32 / time of the type, per
@@ -83,9 +83,11 @@ int main(int argc, char** argv) {
     for (float& v : xs) v = nd(rng) * 50.0f;
     std::vector<float> out(static_cast<size_t>(rows * vecs));
 
-    const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,   GgmlType::Q4_0,
-                              GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K,   GgmlType::Q3_K,
-                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+    const GgmlType types[] = {GgmlType::F32,     GgmlType::F16,    GgmlType::BF16,  GgmlType::Q8_0,    GgmlType::Q4_0,
+                              GgmlType::Q4_1,    GgmlType::Q5_0,   GgmlType::Q5_1,  GgmlType::Q2_K,    GgmlType::Q3_K,
+                              GgmlType::Q4_K,    GgmlType::Q5_K,   GgmlType::Q6_K,  GgmlType::IQ4_NL,  GgmlType::IQ4_XS,
+                              GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S,
+                              GgmlType::IQ1_S,   GgmlType::IQ1_M};
     std::printf("matrix %lld x %lld, one thread; multi = dot_row_multi with %lld vectors\n",
                 static_cast<long long>(rows), static_cast<long long>(n), static_cast<long long>(vecs));
     std::printf("%-7s %9s %9s %9s %9s %11s %10s\n", "type", "MB", "GB/s", "Gw/s", "vs f32", "multi Gw/s", "multi vs");

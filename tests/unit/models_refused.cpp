@@ -157,9 +157,9 @@ TEST_CASE("a weight type without a CPU kernel is refused, naming tensor and type
     loom::test::ArchSpec s;
     s.dim = 256;  // a whole 256-element block per row
     const std::string p = rewrite(dir, s, kKeepAll, kNothing, [](std::string_view n, uint32_t t) {
-        return n == "blk.0.attn_q.weight" ? static_cast<uint32_t>(loom::model::GgmlType::IQ2_XXS) : t;
+        return n == "blk.0.attn_q.weight" ? static_cast<uint32_t>(loom::model::GgmlType::TQ2_0) : t;
     });
-    CHECK(load_error(p) == "tensor 'blk.0.attn_q.weight' has type iq2_xxs, which the CPU backend does not support");
+    CHECK(load_error(p) == "tensor 'blk.0.attn_q.weight' has type tq2_0, which the CPU backend does not support");
 }
 
 TEST_CASE("a vocabulary-only file is refused: it has no weights") {

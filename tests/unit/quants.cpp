@@ -23,10 +23,11 @@ namespace {
 
 constexpr uint32_t id(GgmlType t) { return static_cast<uint32_t>(t); }
 
-const std::vector<GgmlType> kAllTypes = {GgmlType::F32,  GgmlType::F16,    GgmlType::BF16,  GgmlType::Q8_0,
-                                         GgmlType::Q4_0, GgmlType::Q4_1,   GgmlType::Q5_0,  GgmlType::Q5_1,
-                                         GgmlType::Q2_K, GgmlType::Q3_K,   GgmlType::Q4_K,  GgmlType::Q5_K,
-                                         GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+const std::vector<GgmlType> kAllTypes = {
+    GgmlType::F32,     GgmlType::F16,    GgmlType::BF16,   GgmlType::Q8_0,    GgmlType::Q4_0,   GgmlType::Q4_1,
+    GgmlType::Q5_0,    GgmlType::Q5_1,   GgmlType::Q2_K,   GgmlType::Q3_K,    GgmlType::Q4_K,   GgmlType::Q5_K,
+    GgmlType::Q6_K,    GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::IQ1_S,  GgmlType::IQ1_M};
 
 void put16(std::vector<uint8_t>& b, size_t at, uint16_t v) { std::memcpy(b.data() + at, &v, 2); }
 
@@ -275,12 +276,16 @@ TEST_CASE("quantize -> dequantize round trips stay within each type's error") {
     // Relative RMS error on N(0, 1) data. A b-bit uniform code over a block's range R
     // has RMS error step/sqrt(12) with step = R / (2^b - 1); R is ~4-5 sigma for 32
     // values. The bounds sit ~1.3x above what these quantizers measure (0.54% for
-    // Q8_0, 1.9% Q6_K, 3.8-4.3% Q5, 7.8-8.7% Q4 and IQ4, 15.6% Q3_K, 34.6% Q2_K).
+    // Q8_0, 1.9% Q6_K, 3.8-4.3% Q5, 7.8-8.7% Q4 and IQ4, 15.6% Q3_K, 34.6% Q2_K; the simple
+    // IQ quantizers of model/quant/quant_iq.cpp: IQ3_S 13.0%, IQ3_XXS 17.9%, IQ2_S 24.2%,
+    // IQ2_XS 29.2%, IQ2_XXS 33.8%, IQ1_M 42.5%, IQ1_S 46.0%).
     const std::map<GgmlType, double> bound = {
-        {GgmlType::F32, 0.0},     {GgmlType::F16, 0.0003}, {GgmlType::BF16, 0.0025}, {GgmlType::Q8_0, 0.008},
-        {GgmlType::Q6_K, 0.025},  {GgmlType::Q5_0, 0.055}, {GgmlType::Q5_1, 0.05},   {GgmlType::Q5_K, 0.05},
-        {GgmlType::Q4_0, 0.11},   {GgmlType::Q4_1, 0.10},  {GgmlType::Q4_K, 0.10},   {GgmlType::IQ4_NL, 0.10},
-        {GgmlType::IQ4_XS, 0.10}, {GgmlType::Q3_K, 0.20},  {GgmlType::Q2_K, 0.45}};
+        {GgmlType::F32, 0.0},      {GgmlType::F16, 0.0003}, {GgmlType::BF16, 0.0025}, {GgmlType::Q8_0, 0.008},
+        {GgmlType::Q6_K, 0.025},   {GgmlType::Q5_0, 0.055}, {GgmlType::Q5_1, 0.05},   {GgmlType::Q5_K, 0.05},
+        {GgmlType::Q4_0, 0.11},    {GgmlType::Q4_1, 0.10},  {GgmlType::Q4_K, 0.10},   {GgmlType::IQ4_NL, 0.10},
+        {GgmlType::IQ4_XS, 0.10},  {GgmlType::Q3_K, 0.20},  {GgmlType::Q2_K, 0.45},   {GgmlType::IQ3_S, 0.17},
+        {GgmlType::IQ3_XXS, 0.23}, {GgmlType::IQ2_S, 0.31}, {GgmlType::IQ2_XS, 0.38}, {GgmlType::IQ2_XXS, 0.44},
+        {GgmlType::IQ1_M, 0.55},   {GgmlType::IQ1_S, 0.60}};
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> x(8192);
@@ -320,7 +325,7 @@ TEST_CASE("quantize -> dequantize round trips stay within each type's error") {
     CHECK_THROWS_AS(lm::quantize_row(id(GgmlType::Q8_1), x.data(), out.data(), 32), std::invalid_argument);
     CHECK_THROWS_AS(lm::quantize_row(id(GgmlType::Q4_K), x.data(), out.data(), 128), std::invalid_argument);
     CHECK_THROWS_AS(lm::dequantize_row(id(GgmlType::Q4_0), out.data(), x.data(), 33), std::invalid_argument);
-    CHECK_THROWS_AS(lm::dequantize_row(id(GgmlType::IQ2_XXS), out.data(), x.data(), 256), std::invalid_argument);
+    CHECK_THROWS_AS(lm::dequantize_row(id(GgmlType::TQ2_0), out.data(), x.data(), 256), std::invalid_argument);
 }
 
 namespace {
@@ -340,10 +345,20 @@ std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng) {
     static const std::map<GgmlType, std::vector<size_t>> halves = {
         {GgmlType::Q8_0, {0}},    {GgmlType::Q4_0, {0}},    {GgmlType::Q4_1, {0, 2}},   {GgmlType::Q5_0, {0}},
         {GgmlType::Q5_1, {0, 2}}, {GgmlType::IQ4_NL, {0}},  {GgmlType::Q2_K, {80, 82}}, {GgmlType::Q3_K, {108}},
-        {GgmlType::Q4_K, {0, 2}}, {GgmlType::Q5_K, {0, 2}}, {GgmlType::Q6_K, {208}},    {GgmlType::IQ4_XS, {0}}};
+        {GgmlType::Q4_K, {0, 2}}, {GgmlType::Q5_K, {0, 2}}, {GgmlType::Q6_K, {208}},    {GgmlType::IQ4_XS, {0}},
+        {GgmlType::IQ2_XXS, {0}}, {GgmlType::IQ2_XS, {0}},  {GgmlType::IQ2_S, {0}},     {GgmlType::IQ3_XXS, {0}},
+        {GgmlType::IQ3_S, {0}},   {GgmlType::IQ1_S, {0}},   {GgmlType::IQ1_M, {}}};
     const auto tr = *lm::type_traits(id(t));
-    for (size_t blk = 0; blk < b.size() / tr.type_size; ++blk)
+    for (size_t blk = 0; blk < b.size() / tr.type_size; ++blk) {
         for (size_t off : halves.at(t)) put16(b, blk * tr.type_size + off, lm::fp32_to_fp16(0.01f * nd(rng)));
+        if (t != GgmlType::IQ1_M) continue;
+        // IQ1_M's half scale is the top nibbles of its four scale words (bytes 48-55).
+        const uint16_t h = lm::fp32_to_fp16(0.01f * nd(rng));
+        for (size_t i = 0; i < 4; ++i) {
+            uint8_t& hi = b[blk * tr.type_size + 49 + 2 * i];
+            hi = static_cast<uint8_t>((hi & 0x0f) | (((h >> (4 * i)) & 15) << 4));
+        }
+    }
     return b;
 }
 
@@ -391,8 +406,8 @@ TEST_CASE("dot_row and dot_row_multi equal dequantize-then-dot for every type") 
         CHECK(sentinel == 3.0f);
         if (bs > 1) CHECK_THROWS_AS(loom::cpu::dot_row(id(t), row.data(), nullptr, bs + 1), std::invalid_argument);
     }
-    CHECK_FALSE(loom::cpu::can_dot(id(GgmlType::IQ1_S)));
-    CHECK_THROWS_AS(loom::cpu::dot_row(id(GgmlType::IQ1_S), nullptr, nullptr, 256), std::invalid_argument);
+    CHECK_FALSE(loom::cpu::can_dot(id(GgmlType::TQ2_0)));
+    CHECK_THROWS_AS(loom::cpu::dot_row(id(GgmlType::TQ2_0), nullptr, nullptr, 256), std::invalid_argument);
 }
 
 TEST_CASE("non-finite weights propagate through the dot kernels") {

@@ -29,7 +29,10 @@ int main(int argc, char** argv) {
     bool stats = false;
     // clang-format off  (one option a line reads better than the chained calls clang-format makes)
     opts.add_options()("help,h", "print this help and exit")("model,m", po::value(&model),
-                                                             "GGUF model file (required)")(
+                                                             "GGUF model file (required); weight types f32, f16, "
+                                                             "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, "
+                                                             "q5_K, q6_K, iq4_nl, iq4_xs, iq1_s, iq1_m, iq2_xxs, "
+                                                             "iq2_xs, iq2_s, iq3_xxs, iq3_s")(
         "threads,t", po::value(&threads)->default_value(0), "worker threads (0: one per CPU this process may use)")(
         "ctx,c", po::value(&ctx)->default_value(0),
         "context length in tokens (0: the model's training context; never more than --kv-tokens)")(

@@ -5,7 +5,9 @@
 // multiply-adds them into four 8-lane accumulators. GCC (12, -O3, no -ffast-math)
 // vectorizes exactly this shape well: separate 1-D widened arrays, one k-loop,
 // accumulators that stay in registers (2-D widened arrays, structs or a decode buffer
-// each cost a factor 2-4, measured with tools/bench_matvec.cpp).
+// each cost a factor 2-4, measured with tools/bench_matvec.cpp). The IQ1/IQ2/IQ3 types
+// are the exception: their grid lookups do not vectorize, so each 256-element block is
+// decoded into a buffer by its shared decoder, then multiplied (fused_decoded).
 // dot_row_multi: decodes the whole row with model/quant/quant_blocks.hpp's decoders (which
 // compute each weight with the same expression as the fused kernel), then multiplies
 // the buffer into three vectors at a time, 3 x 32 accumulators in registers, in the
@@ -361,6 +363,37 @@ LOOM_QB_INLINE float fused_iq4_xs(const uint8_t* r, const float* x, int64_t n) {
     return reduce(a);
 }
 
+// ---- IQ1/IQ2/IQ3: decode each block, then multiply ------------------------------
+// Their weights come from grid lookups, which GCC does not vectorize; decoding a block into
+// a small buffer with the shared decoder and then multiplying it in the lane order keeps the
+// multiply-adds in vector code and gives exactly dot_row_multi's weights.
+
+template <class B>
+LOOM_QB_INLINE float fused_decoded(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    float w[B::kSize];
+    for (int64_t e = 0; e < n; e += B::kSize, r += B::kBytes) {
+        B::decode(r, w);
+        for (int p = 0; p < B::kSize; p += 32) {
+            const float* ww = w + p;
+            const float* xx = x + e + p;
+            LOOM_ACC4(ww[k], ww[8 + k], ww[16 + k], ww[24 + k])
+        }
+    }
+    return reduce(a);
+}
+
+#define LOOM_DECODED(NAME, B) \
+    LOOM_QB_INLINE float fused_##NAME(const uint8_t* r, const float* x, int64_t n) { return fused_decoded<B>(r, x, n); }
+LOOM_DECODED(iq2_xxs, qb::IQ2_XXS)
+LOOM_DECODED(iq2_xs, qb::IQ2_XS)
+LOOM_DECODED(iq2_s, qb::IQ2_S)
+LOOM_DECODED(iq3_xxs, qb::IQ3_XXS)
+LOOM_DECODED(iq3_s, qb::IQ3_S)
+LOOM_DECODED(iq1_s, qb::IQ1_S)
+LOOM_DECODED(iq1_m, qb::IQ1_M)
+#undef LOOM_DECODED
+
 // ---- dot_row_multi: decode the row once, then vectors three at a time ------------
 //
 // The row is decoded into a float buffer (F32 rows are used in place), then a
@@ -481,6 +514,13 @@ LOOM_KERNELS(q5_k, qb::Q5_K)
 LOOM_KERNELS(q6_k, qb::Q6_K)
 LOOM_KERNELS(iq4_nl, qb::IQ4_NL)
 LOOM_KERNELS(iq4_xs, qb::IQ4_XS)
+LOOM_KERNELS(iq2_xxs, qb::IQ2_XXS)
+LOOM_KERNELS(iq2_xs, qb::IQ2_XS)
+LOOM_KERNELS(iq2_s, qb::IQ2_S)
+LOOM_KERNELS(iq3_xxs, qb::IQ3_XXS)
+LOOM_KERNELS(iq3_s, qb::IQ3_S)
+LOOM_KERNELS(iq1_s, qb::IQ1_S)
+LOOM_KERNELS(iq1_m, qb::IQ1_M)
 #undef LOOM_KERNELS
 
 struct Kernels {
@@ -508,6 +548,13 @@ Kernels kernels(uint32_t type) {
         LOOM_CASE(Q6_K, q6_k, qb::Q6_K)
         LOOM_CASE(IQ4_NL, iq4_nl, qb::IQ4_NL)
         LOOM_CASE(IQ4_XS, iq4_xs, qb::IQ4_XS)
+        LOOM_CASE(IQ2_XXS, iq2_xxs, qb::IQ2_XXS)
+        LOOM_CASE(IQ2_XS, iq2_xs, qb::IQ2_XS)
+        LOOM_CASE(IQ2_S, iq2_s, qb::IQ2_S)
+        LOOM_CASE(IQ3_XXS, iq3_xxs, qb::IQ3_XXS)
+        LOOM_CASE(IQ3_S, iq3_s, qb::IQ3_S)
+        LOOM_CASE(IQ1_S, iq1_s, qb::IQ1_S)
+        LOOM_CASE(IQ1_M, iq1_m, qb::IQ1_M)
 #undef LOOM_CASE
         default: return {};
     }
