@@ -20,8 +20,10 @@
 // output matrix (or, when tied, the embedding) N(0, (3/sqrt(dim))^2), so that logits
 // of an RMS-normalized state have a standard deviation of about 3.
 // Types: --type sets every matrix; a row length that the type's block does not divide
-// falls back like llama.cpp (Q2_K/Q3_K/IQ4_XS -> IQ4_NL, Q4_K -> Q5_0, Q5_K -> Q5_1,
-// Q6_K -> Q8_0; F16 when not even 32 divides it). q4_k_m approximates llama.cpp's
+// falls back like llama.cpp (Q2_K/Q3_K/IQ4_XS and the IQ1/IQ2/IQ3 types -> IQ4_NL, Q4_K ->
+// Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; F16 when not even 32 divides it). The IQ1/IQ2/IQ3 types
+// come from model/quant/quant_iq.cpp's simple quantizer (valid blocks, larger error than
+// llama.cpp's, and slower than the other types' by far). q4_k_m approximates llama.cpp's
 // Q4_K_M: Q4_K everywhere, except Q6_K for output.weight (token_embd when tied) and
 // for attn_v and ffn_down in the layers of llama.cpp's use_more_bits rule (the first
 // and last eighth of the layers, and every third layer in between).
@@ -89,7 +91,9 @@ void usage(std::FILE* out) {
                  "                      --rope-orig-ctx N (default: --ctx / factor)\n"
                  "  --tied              no output.weight: the output projection is token_embd\n"
                  "  --type T            f32|f16 (default)|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|\n"
-                 "                      q6_k|iq4_nl|iq4_xs|q4_k_m (every matrix; q4_k_m: llama.cpp's mixture)\n"
+                 "                      q6_k|iq4_nl|iq4_xs|iq1_s|iq1_m|iq2_xxs|iq2_xs|iq2_s|iq3_xxs|iq3_s|\n"
+                 "                      q4_k_m (every matrix; q4_k_m: llama.cpp's mixture; the IQ1/IQ2/IQ3\n"
+                 "                      types by a simple quantizer: about 0.5 s of CPU time per million weights)\n"
                  "  --chat-template F   embed the Jinja file F as tokenizer.chat_template\n"
                  "  --seed N            weights seed (default 1); the file depends only on it and the shape\n"
                  "  --threads N         writer threads (default: one per core)\n"
@@ -192,11 +196,17 @@ struct TypeChoice {
 
 TypeChoice choose_type(const std::string& t) {
     static const std::map<std::string, TypeChoice> table = {
-        {"f32", {GgmlType::F32, 0}},           {"f16", {GgmlType::F16, 1}},        {"bf16", {GgmlType::BF16, 32}},
-        {"q8_0", {GgmlType::Q8_0, 7}},         {"q4_0", {GgmlType::Q4_0, 2}},      {"q4_1", {GgmlType::Q4_1, 3}},
-        {"q5_0", {GgmlType::Q5_0, 8}},         {"q5_1", {GgmlType::Q5_1, 9}},      {"q2_k", {GgmlType::Q2_K, 10}},
-        {"q3_k", {GgmlType::Q3_K, 11}},        {"q4_k", {GgmlType::Q4_K, 14}},     {"q5_k", {GgmlType::Q5_K, 16}},
-        {"q6_k", {GgmlType::Q6_K, 18}},        {"iq4_nl", {GgmlType::IQ4_NL, 25}}, {"iq4_xs", {GgmlType::IQ4_XS, 30}},
+        {"f32", {GgmlType::F32, 0}},           {"f16", {GgmlType::F16, 1}},
+        {"bf16", {GgmlType::BF16, 32}},        {"q8_0", {GgmlType::Q8_0, 7}},
+        {"q4_0", {GgmlType::Q4_0, 2}},         {"q4_1", {GgmlType::Q4_1, 3}},
+        {"q5_0", {GgmlType::Q5_0, 8}},         {"q5_1", {GgmlType::Q5_1, 9}},
+        {"q2_k", {GgmlType::Q2_K, 10}},        {"q3_k", {GgmlType::Q3_K, 11}},
+        {"q4_k", {GgmlType::Q4_K, 14}},        {"q5_k", {GgmlType::Q5_K, 16}},
+        {"q6_k", {GgmlType::Q6_K, 18}},        {"iq4_nl", {GgmlType::IQ4_NL, 25}},
+        {"iq4_xs", {GgmlType::IQ4_XS, 30}},    {"iq2_xxs", {GgmlType::IQ2_XXS, 19}},
+        {"iq2_xs", {GgmlType::IQ2_XS, 20}},    {"iq3_xxs", {GgmlType::IQ3_XXS, 23}},
+        {"iq1_s", {GgmlType::IQ1_S, 24}},      {"iq3_s", {GgmlType::IQ3_S, 26}},
+        {"iq2_s", {GgmlType::IQ2_S, 28}},      {"iq1_m", {GgmlType::IQ1_M, 31}},
         {"q4_k_m", {GgmlType::Q4_K, 15, true}}};
     auto it = table.find(t);
     if (it == table.end()) throw std::invalid_argument("unknown --type " + t);
@@ -212,7 +222,14 @@ GgmlType fit_type(GgmlType t, uint64_t row) {
     switch (t) {
         case GgmlType::Q2_K:
         case GgmlType::Q3_K:
-        case GgmlType::IQ4_XS: f = GgmlType::IQ4_NL; break;
+        case GgmlType::IQ4_XS:
+        case GgmlType::IQ2_XXS:
+        case GgmlType::IQ2_XS:
+        case GgmlType::IQ2_S:
+        case GgmlType::IQ3_XXS:
+        case GgmlType::IQ3_S:
+        case GgmlType::IQ1_S:
+        case GgmlType::IQ1_M: f = GgmlType::IQ4_NL; break;
         case GgmlType::Q4_K: f = GgmlType::Q5_0; break;
         case GgmlType::Q5_K: f = GgmlType::Q5_1; break;
         case GgmlType::Q6_K: f = GgmlType::Q8_0; break;

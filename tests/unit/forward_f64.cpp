@@ -13,7 +13,8 @@
 // tied embeddings) and, for what that tool does not write, by model/gguf_writer
 // (models_arch.hpp: Llama 3.1's rope_freqs.weight, linear RoPE scaling, partial
 // rotary dims, a head size other than n_embd / n_head), all with F32 weights so the
-// comparison is tight.
+// comparison is tight. loom-make-model's files in each IQ1/IQ2/IQ3 type prove those decoders
+// and dot kernels in a whole forward pass.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -24,6 +25,7 @@
 
 #include "backend_run.hpp"
 #include "engine/backends/cpu/cpu_backend.hpp"
+#include "model/gguf/ggml_types.hpp"
 #include "model/gguf/gguf.hpp"
 #include "model/gguf/hparams.hpp"
 #include "models_arch.hpp"
@@ -98,6 +100,25 @@ TEST_CASE("every shared model and weight type equals the float64 pass on its own
         const double d = engine_vs_f64(loom::test::shared_path(f), {1, 403, 407, 261, 378}, 8);
         INFO(f << ": largest |logprob - float64| = " << d);
         CHECK(d < 2e-5);
+    }
+}
+
+TEST_CASE("a random model of each IQ1/IQ2/IQ3 type from loom-make-model equals the float64 pass") {
+    // Every matrix in the type (rows of 256 and 512: whole blocks, no fallback), decoded by
+    // the engine's fused dot kernels and by model::dequantize_row for the float64 pass.
+    loom::test::TempDir dir;
+    for (const char* t : {"iq1_s", "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s"}) {
+        const std::string path = dir.path + "/" + t + ".gguf";
+        const std::string cmd = loom::test::sibling_binary("loom-make-model") + " --out " + path +
+                                " --layers 2 --dim 256 --heads 4 --kv-heads 2 --ffn 512 --vocab 300 --ctx 128 --type " +
+                                t + " --threads 2 --seed 3 > /dev/null";
+        REQUIRE(std::system(cmd.c_str()) == 0);
+        const auto f = GgufFile::open(path);
+        for (const char* name : {"token_embd.weight", "output.weight", "blk.1.attn_k.weight", "blk.1.ffn_down.weight"})
+            CHECK(loom::model::type_name(f.tensor(name)->type) == t);
+        const double d = engine_vs_f64(path, {1, 40, 41, 42, 43, 44, 45}, 10);
+        INFO(path << ": largest |logprob - float64| = " << d);
+        CHECK(d < kGeneratedTol);  // issue 39 asks for 1e-4; measured 1.5e-6 to 2.3e-6
     }
 }
 
