@@ -237,21 +237,28 @@ float fit_scale(const Kind& kind, const float* x, int len) {
     return best_s;
 }
 
-// Fits a whole block: sub-blocks of `len` weights, codes 0..max_code whose scale is
-// scale(d, code) (the decoder's expression). Writes the half d's bits, each sub-block's code
-// and choice.
-template <class Kind, class ScaleFn>
-void fit_block(const Kind& kind, const float* x, int len, int max_code, ScaleFn scale, uint16_t& d_bits, int* codes,
-               Choice* choices) {
-    const int n_sub = 256 / len;
-    float sig[16], smax = 0;
-    for (int i = 0; i < n_sub; ++i) smax = std::fmax(smax, sig[i] = fit_scale(kind, x + i * len, len));
-    d_bits = fp32_to_fp16(smax / scale(1.0f, max_code));
-    const float d = fp16_to_fp32(d_bits);
-    for (int i = 0; i < n_sub; ++i) {
+// A fitted block of kSubs sub-blocks: the half d's bits, each sub-block's code and choice.
+template <int kSubs>
+struct BlockFit {
+    uint16_t d = 0;
+    int codes[kSubs] = {};
+    Choice ch[kSubs];
+};
+
+// Fits a whole block of kSubs sub-blocks (of 256 / kSubs weights), codes 0..max_code whose
+// scale is scale(d, code) (the decoder's expression), and stores d at d_at (null: not stored).
+template <int kSubs, class Kind, class ScaleFn>
+BlockFit<kSubs> fit_block(const Kind& kind, const float* x, int max_code, ScaleFn scale, uint8_t* d_at) {
+    constexpr int len = 256 / kSubs;
+    BlockFit<kSubs> f;
+    float sig[kSubs], smax = 0;
+    for (int i = 0; i < kSubs; ++i) smax = std::fmax(smax, sig[i] = fit_scale(kind, x + i * len, len));
+    f.d = fp32_to_fp16(smax / scale(1.0f, max_code));
+    if (d_at) std::memcpy(d_at, &f.d, 2);
+    const float d = fp16_to_fp32(f.d);
+    for (int i = 0; i < kSubs; ++i) {
         float best = std::numeric_limits<float>::infinity();
-        codes[i] = 0;
-        kind.assign(x + i * len, len, scale(d, 0), choices[i]);
+        kind.assign(x + i * len, len, scale(d, 0), f.ch[i]);
         // The code whose scale is nearest sig[i], and its neighbours.
         int c0 = 0;
         for (int c = 1; c <= max_code; ++c)
@@ -259,9 +266,10 @@ void fit_block(const Kind& kind, const float* x, int len, int max_code, ScaleFn 
         for (int c = std::max(0, c0 - 1); c <= std::min(max_code, c0 + 1); ++c) {
             Choice ch;
             const float err = kind.assign(x + i * len, len, scale(d, c), ch).err;
-            if (err < best) best = err, codes[i] = c, choices[i] = ch;
+            if (err < best) best = err, f.codes[i] = c, f.ch[i] = ch;
         }
     }
+    return f;
 }
 
 // The decoders' sub-block scales (quant_blocks_iq.hpp), for an int code.
@@ -275,120 +283,94 @@ void put_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 }  // namespace
 
 void quantize_block_iq2_xxs(const float* x, uint8_t* b) {
-    uint16_t d;
-    int codes[8];
-    Choice ch[8];
-    fit_block(SignedGrid{grid<qb::kIq2xxsGrid>(), true}, x, 32, 15, scale_iq2, d, codes, ch);
-    put_u16(b, d);
+    const auto f = fit_block<8>(SignedGrid{grid<qb::kIq2xxsGrid>(), true}, x, 15, scale_iq2, b);
     for (int s = 0; s < 8; ++s) {
         uint8_t* q = b + 2 + 8 * s;
-        uint32_t hi = static_cast<uint32_t>(codes[s]) << 28;
+        uint32_t hi = static_cast<uint32_t>(f.codes[s]) << 28;
         for (int l = 0; l < 4; ++l) {
-            q[l] = static_cast<uint8_t>(ch[s].idx[l]);
-            hi |= static_cast<uint32_t>(ch[s].signs[l] & 127) << (7 * l);
+            q[l] = static_cast<uint8_t>(f.ch[s].idx[l]);
+            hi |= static_cast<uint32_t>(f.ch[s].signs[l] & 127) << (7 * l);
         }
         put_u32(q + 4, hi);
     }
 }
 
 void quantize_block_iq2_xs(const float* x, uint8_t* b) {
-    uint16_t d;
-    int codes[16];
-    Choice ch[16];
-    fit_block(SignedGrid{grid<qb::kIq2xsGrid>(), true}, x, 16, 15, scale_iq2, d, codes, ch);
-    put_u16(b, d);
+    const auto f = fit_block<16>(SignedGrid{grid<qb::kIq2xsGrid>(), true}, x, 15, scale_iq2, b);
     for (int h = 0; h < 16; ++h)  // half h of sub-block h / 2: groups 2h, 2h + 1
         for (int l = 0; l < 2; ++l)
-            put_u16(b + 2 + 2 * (2 * h + l), ch[h].idx[l] | static_cast<uint32_t>(ch[h].signs[l] & 127) << 9);
-    for (int s = 0; s < 8; ++s) b[66 + s] = static_cast<uint8_t>(codes[2 * s] | (codes[2 * s + 1] << 4));
+            put_u16(b + 2 + 2 * (2 * h + l), f.ch[h].idx[l] | static_cast<uint32_t>(f.ch[h].signs[l] & 127) << 9);
+    for (int s = 0; s < 8; ++s) b[66 + s] = static_cast<uint8_t>(f.codes[2 * s] | (f.codes[2 * s + 1] << 4));
 }
 
 void quantize_block_iq2_s(const float* x, uint8_t* b) {
-    uint16_t d;
-    int codes[16];
-    Choice ch[16];
-    fit_block(SignedGrid{grid<qb::kIq2sGrid>(), false}, x, 16, 15, scale_iq2, d, codes, ch);
-    put_u16(b, d);
+    const auto f = fit_block<16>(SignedGrid{grid<qb::kIq2sGrid>(), false}, x, 15, scale_iq2, b);
     std::memset(b + 66, 0, 8);
     for (int h = 0; h < 16; ++h)
         for (int l = 0; l < 2; ++l) {
-            const int g = 2 * h + l, idx = ch[h].idx[l];
+            const int g = 2 * h + l, idx = f.ch[h].idx[l];
             b[2 + g] = static_cast<uint8_t>(idx & 255);
-            b[34 + g] = ch[h].signs[l];
+            b[34 + g] = f.ch[h].signs[l];
             b[66 + g / 4] = static_cast<uint8_t>(b[66 + g / 4] | ((idx >> 8) << (2 * (g % 4))));
         }
-    for (int s = 0; s < 8; ++s) b[74 + s] = static_cast<uint8_t>(codes[2 * s] | (codes[2 * s + 1] << 4));
+    for (int s = 0; s < 8; ++s) b[74 + s] = static_cast<uint8_t>(f.codes[2 * s] | (f.codes[2 * s + 1] << 4));
 }
 
 void quantize_block_iq3_xxs(const float* x, uint8_t* b) {
-    uint16_t d;
-    int codes[8];
-    Choice ch[8];
-    fit_block(SignedGrid{grid<qb::kIq3xxsGrid>(), true}, x, 32, 15, scale_iq3xxs, d, codes, ch);
-    put_u16(b, d);
+    const auto f = fit_block<8>(SignedGrid{grid<qb::kIq3xxsGrid>(), true}, x, 15, scale_iq3xxs, b);
     for (int s = 0; s < 8; ++s) {
-        uint32_t a = static_cast<uint32_t>(codes[s]) << 28;
+        uint32_t a = static_cast<uint32_t>(f.codes[s]) << 28;
         for (int l = 0; l < 4; ++l) {
-            b[2 + 8 * s + 2 * l] = static_cast<uint8_t>(ch[s].idx[2 * l]);
-            b[2 + 8 * s + 2 * l + 1] = static_cast<uint8_t>(ch[s].idx[2 * l + 1]);
-            a |= static_cast<uint32_t>(ch[s].signs[l] & 127) << (7 * l);
+            b[2 + 8 * s + 2 * l] = static_cast<uint8_t>(f.ch[s].idx[2 * l]);
+            b[2 + 8 * s + 2 * l + 1] = static_cast<uint8_t>(f.ch[s].idx[2 * l + 1]);
+            a |= static_cast<uint32_t>(f.ch[s].signs[l] & 127) << (7 * l);
         }
         put_u32(b + 66 + 4 * s, a);
     }
 }
 
 void quantize_block_iq3_s(const float* x, uint8_t* b) {
-    uint16_t d;
-    int codes[8];
-    Choice ch[8];
-    fit_block(SignedGrid{grid<qb::kIq3sGrid>(), false}, x, 32, 15, scale_odd, d, codes, ch);
-    put_u16(b, d);
+    const auto f = fit_block<8>(SignedGrid{grid<qb::kIq3sGrid>(), false}, x, 15, scale_odd, b);
     for (int s = 0; s < 8; ++s) {
         uint32_t qh = 0;
         for (int e = 0; e < 8; ++e) {  // entry e: weights 4e..4e+3 of the sub-block
-            b[2 + 8 * s + e] = static_cast<uint8_t>(ch[s].idx[e] & 255);
-            qh |= static_cast<uint32_t>(ch[s].idx[e] >> 8) << e;
+            b[2 + 8 * s + e] = static_cast<uint8_t>(f.ch[s].idx[e] & 255);
+            qh |= static_cast<uint32_t>(f.ch[s].idx[e] >> 8) << e;
         }
         b[66 + s] = static_cast<uint8_t>(qh);
-        for (int l = 0; l < 4; ++l) b[74 + 4 * s + l] = ch[s].signs[l];
+        for (int l = 0; l < 4; ++l) b[74 + 4 * s + l] = f.ch[s].signs[l];
     }
-    for (int s = 0; s < 4; ++s) b[106 + s] = static_cast<uint8_t>(codes[2 * s] | (codes[2 * s + 1] << 4));
+    for (int s = 0; s < 4; ++s) b[106 + s] = static_cast<uint8_t>(f.codes[2 * s] | (f.codes[2 * s + 1] << 4));
 }
 
 void quantize_block_iq1_s(const float* x, uint8_t* b) {
-    uint16_t d;
-    int codes[8];
-    Choice ch[8];
-    fit_block(ShiftedGrid{true}, x, 32, 7, scale_odd, d, codes, ch);
-    put_u16(b, d);
+    const auto f = fit_block<8>(ShiftedGrid{true}, x, 7, scale_odd, b);
     for (int s = 0; s < 8; ++s) {
-        uint32_t qh = static_cast<uint32_t>(codes[s]) << 12 | static_cast<uint32_t>(ch[s].signs[0]) << 15;
+        uint32_t qh = static_cast<uint32_t>(f.codes[s]) << 12 | static_cast<uint32_t>(f.ch[s].signs[0]) << 15;
         for (int l = 0; l < 4; ++l) {
-            b[2 + 4 * s + l] = static_cast<uint8_t>(ch[s].idx[l] & 255);
-            qh |= static_cast<uint32_t>(ch[s].idx[l] >> 8) << (3 * l);
+            b[2 + 4 * s + l] = static_cast<uint8_t>(f.ch[s].idx[l] & 255);
+            qh |= static_cast<uint32_t>(f.ch[s].idx[l] >> 8) << (3 * l);
         }
         put_u16(b + 34 + 2 * s, qh);
     }
 }
 
 void quantize_block_iq1_m(const float* x, uint8_t* b) {
-    uint16_t d;
-    int codes[16];
-    Choice ch[16];
-    fit_block(ShiftedGrid{false}, x, 16, 7, scale_odd, d, codes, ch);
+    const auto f = fit_block<16>(ShiftedGrid{false}, x, 7, scale_odd, nullptr);
     uint32_t w[4] = {};  // the scale words: codes, then the top nibbles hold d's bits
     std::memset(b + 32, 0, 16);
     for (int h = 0; h < 16; ++h) {  // half h % 2 of sub-block s = h / 2
         const int s = h / 2;
-        w[s / 2] |= static_cast<uint32_t>(codes[h]) << (6 * (s % 2) + 3 * (h % 2));
+        w[s / 2] |= static_cast<uint32_t>(f.codes[h]) << (6 * (s % 2) + 3 * (h % 2));
         for (int l = 0; l < 2; ++l) {
             const int g = 2 * h + l;  // group g % 4 of sub-block s
-            b[g] = static_cast<uint8_t>(ch[h].idx[l] & 255);
-            const uint32_t nib = static_cast<uint32_t>(ch[h].idx[l] >> 8) | static_cast<uint32_t>(ch[h].signs[l]) << 3;
+            b[g] = static_cast<uint8_t>(f.ch[h].idx[l] & 255);
+            const uint32_t nib = static_cast<uint32_t>(f.ch[h].idx[l] >> 8) | static_cast<uint32_t>(f.ch[h].signs[l])
+                                                                                  << 3;
             b[32 + g / 2] = static_cast<uint8_t>(b[32 + g / 2] | (nib << (4 * (g % 2))));
         }
     }
-    for (int i = 0; i < 4; ++i) put_u16(b + 48 + 2 * i, w[i] | ((static_cast<uint32_t>(d) >> (4 * i)) & 15) << 12);
+    for (int i = 0; i < 4; ++i) put_u16(b + 48 + 2 * i, w[i] | ((static_cast<uint32_t>(f.d) >> (4 * i)) & 15) << 12);
 }
 
 }  // namespace loom::model::qdetail
