@@ -1,5 +1,6 @@
-// The IQ1/IQ2/IQ3 types: their grids and sign tables, the block decoders against a second,
-// independent decoder, and the quantizers' round trips.
+// The IQ1/IQ2/IQ3 types: their ids and sizes, their grids and sign table, the block decoders
+// against a second, independent decoder, and the quantizers' blocks read by that decoder (the
+// round-trip error bounds of every type are in quants.cpp).
 //
 // The second decoder (reference_decode below) is written from the block layouts as bit
 // positions (ggml-common.h's structs laid out byte by byte), reads every field one bit range
