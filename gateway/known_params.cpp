@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "gateway/api_types.hpp"
+#include "gateway/quote.hpp"
 
 namespace loom::gateway {
 namespace {
@@ -12,6 +13,9 @@ namespace {
 constexpr unsigned C = 1u << static_cast<unsigned>(ParamSet::Completions);
 constexpr unsigned H = 1u << static_cast<unsigned>(ParamSet::Chat);
 constexpr unsigned R = 1u << static_cast<unsigned>(ParamSet::Responses);
+// Most unknown names one error message lists (the rest are counted).
+constexpr size_t kMaxNamesListed = 10;
+
 constexpr auto Hon = ParamUse::Honoured, NoOp = ParamUse::NoOp, Def = ParamUse::DefaultOnly, Ref = ParamUse::Refused;
 
 }  // namespace
@@ -37,10 +41,10 @@ const std::vector<KnownParam>& known_params() {
         {"top_logprobs", H | R, Hon, ""},
         {"echo", C, Hon, ""},
         {"stop", C | H, Hon, ""},
-        {"presence_penalty", C | H, Hon, ""},
-        {"frequency_penalty", C | H, Hon, ""},
-        {"logit_bias", C | H, Hon, ""},
-        {"seed", C | H, Hon, ""},
+        {"presence_penalty", C | H | R, Hon, ""},
+        {"frequency_penalty", C | H | R, Hon, ""},
+        {"logit_bias", C | H | R, Hon, ""},
+        {"seed", C | H | R, Hon, ""},
         {"tools", H | R, Hon, ""},
         {"tool_choice", H | R, Hon, ""},
         {"parallel_tool_calls", H | R, Hon, ""},
@@ -60,6 +64,7 @@ const std::vector<KnownParam>& known_params() {
         {"store", C | H, Def, "false"},  // chat/completions are stateless: nothing is stored
         {"modalities", H, Def, "[\"text\"]"},
         {"truncation", R, Def, "\"disabled\""},
+        {"background", R, Def, "false"},  // loom does not run responses in the background
         // OpenAI, known but not honoured.
         {"suffix", C, Ref, "suffix (fill-in-the-middle) is not supported"},
         {"functions", H, Ref, "it is deprecated; use 'tools'"},
@@ -68,18 +73,17 @@ const std::vector<KnownParam>& known_params() {
         {"prediction", H, Ref, "predicted outputs are not supported"},
         {"web_search_options", H, Ref, "loom has no web search"},
         {"verbosity", H | R, Ref, "loom cannot steer a model's verbosity"},
-        {"background", R, Ref, "loom does not run responses in the background"},
         {"conversation", R, Ref, "loom keeps no conversations"},
         {"prompt", R, Ref, "stored prompt templates are not supported"},
         {"max_tool_calls", R, Ref, "a limit on built-in tool calls is not supported"},
         // vLLM's extensions, honoured.
-        {"top_k", C | H, Hon, ""},
-        {"min_p", C | H, Hon, ""},
-        {"repetition_penalty", C | H, Hon, ""},
-        {"allowed_token_ids", C | H, Hon, ""},
-        {"logprobs_mode", C | H, Hon, ""},
-        {"ignore_eos", C | H, Hon, ""},
-        {"return_tokens_as_token_ids", C | H, Hon, ""},
+        {"top_k", C | H | R, Hon, ""},
+        {"min_p", C | H | R, Hon, ""},
+        {"repetition_penalty", C | H | R, Hon, ""},
+        {"allowed_token_ids", C | H | R, Hon, ""},
+        {"logprobs_mode", C | H | R, Hon, ""},
+        {"ignore_eos", C | H | R, Hon, ""},
+        {"return_tokens_as_token_ids", C | H | R, Hon, ""},
         {"prompt_logprobs", C | H, Hon, ""},
         {"return_token_ids", C | H, Hon, ""},
         {"chat_template_kwargs", H, Hon, ""},  // keys the template never reads are ignored
@@ -128,12 +132,18 @@ const KnownParam* find_param(std::string_view name, unsigned bit) {
     return nullptr;
 }
 
-// OpenAI's 400 for unknown member names (none: returns).
+// OpenAI's 400 for unknown member names (none: returns). The names are the client's: each is
+// cut (quote.hpp) and at most kMaxNamesListed are listed, so that a 1 MiB name or 100,000
+// names still give a short message.
 void refuse_unknown(const std::vector<std::string>& unknown) {
-    if (unknown.size() == 1) throw ApiError(400, "Unrecognized request argument supplied: " + unknown[0], unknown[0]);
+    if (unknown.size() == 1)
+        throw ApiError(400, "Unrecognized request argument supplied: " + cut(unknown[0]), cut(unknown[0]));
     if (!unknown.empty()) {
         std::string list;
-        for (const auto& u : unknown) list += (list.empty() ? "" : ", ") + u;
+        for (size_t i = 0; i < unknown.size() && i < kMaxNamesListed; ++i)
+            list += (list.empty() ? "" : ", ") + cut(unknown[i], kQuoteMax / 2);
+        if (unknown.size() > kMaxNamesListed)
+            list += " and " + std::to_string(unknown.size() - kMaxNamesListed) + " more";
         throw ApiError(400, "Unrecognized request arguments supplied: " + list);
     }
 }

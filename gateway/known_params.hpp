@@ -44,7 +44,8 @@ struct KnownParam {
 const std::vector<KnownParam>& known_params();
 
 /// Throws ApiError(400) when `body` (a JSON object) has a member unknown for `set`
-/// (all unknown names in one message, as OpenAI lists them), a NoOp member of the
+/// (the unknown names in one message, as OpenAI lists them: the first 10, each cut to
+/// 100 bytes as quote.hpp cuts, then how many more), a NoOp member of the
 /// wrong type, a DefaultOnly member with another value, or a Refused member (a null
 /// value counts as absent). Returns normally otherwise.
 void check_known_params(const rapidjson::Value& body, ParamSet set);

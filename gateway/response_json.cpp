@@ -2,6 +2,7 @@
 #include "gateway/response_json.hpp"
 
 #include "gateway/json_write.hpp"
+#include "gateway/quote.hpp"
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -384,12 +385,12 @@ std::string error_body(const ApiError& e) {
     w.Key("error");
     w.StartObject();
     w.Key("message");
-    str(w, e.message);
+    str(w, cut(e.message, kErrorMessageMax));
     w.Key("type");
     str(w, e.type);
     w.Key("param");
     if (e.param.empty()) w.Null();
-    else str(w, e.param);
+    else str(w, cut(e.param));
     w.Key("code");
     if (e.code.empty()) w.Null();
     else str(w, e.code);

@@ -78,7 +78,10 @@ std::string full_response(const GenerationRequest& req, const ResponseMeta& meta
 std::string stream_chunk(const GenerationRequest& req, const ResponseMeta& meta, const model::Tokenizer& tok,
                          const ChoiceOut* choice, const Usage* usage);
 
-/// {"error": {"message", "type", "param", "code"}}.
+/// {"error": {"message", "type", "param", "code"}}. Whatever a message or param quotes of the
+/// request, the body stays small: the message is cut to kErrorMessageMax bytes and the
+/// param to kQuoteMax (quote.hpp's cut(): the first bytes, "...", the full length).
+inline constexpr size_t kErrorMessageMax = 2048;
 std::string error_body(const ApiError& e);
 
 /// Number of Unicode characters in UTF-8 `s` (invalid bytes count one each).

@@ -275,7 +275,8 @@ std::string responses_param(const std::string& p) {
 
 GenerationRequest build_responses_request(std::string_view body_text, const ModelContext& ctx) {
     const rapidjson::Document body = parse_json_object(body_text);
-    refuse_stateful(body);
+    refuse_stateful(body);  // first: its messages say why for the stateful members
+    check_known_params(body, ParamSet::Responses);
     rapidjson::Document chat(rapidjson::kObjectType);
     auto& a = chat.GetAllocator();
     // Sampling fields carry over unchanged (the Responses API's temperature and top_p, and

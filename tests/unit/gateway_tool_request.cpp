@@ -95,6 +95,16 @@ TEST_CASE("unknown members get OpenAI's 400; no-op members are accepted by name"
     CHECK(known_error(R"({"messages": []})", ParamSet::Completions) ==
           "Unrecognized request argument supplied: messages");
     CHECK(known_error(R"({"prompt": "x"})", ParamSet::Chat) == "Unrecognized request argument supplied: prompt");
+    // The names are the client's: each is cut, and only the first 10 are listed.
+    const std::string long_name(5000, 'k');
+    CHECK(known_error("{\"" + long_name + "\": 1}", ParamSet::Chat) ==
+          "Unrecognized request argument supplied: " + long_name.substr(0, 200) + "... (5000 bytes)");
+    std::string many = "{";
+    for (int i = 0; i < 25; ++i) many += (i ? ", \"p" : "\"p") + std::to_string(i) + "\": 1";
+    CHECK(known_error(many + ", \"" + long_name + "\": 1}", ParamSet::Completions) ==
+          "Unrecognized request arguments supplied: p0, p1, p2, p3, p4, p5, p6, p7, p8, p9 and 16 more");
+    CHECK(known_error(R"({"top_k": 2, "seed": 1, "background": false})", ParamSet::Responses).empty());
+    CHECK(known_error(R"({"background": true})", ParamSet::Responses).starts_with("'background' is only supported"));
     CHECK(known_error(R"({"input": "x", "instructions": "y", "max_output_tokens": 5, "include": []})",
                       ParamSet::Responses)
               .empty());
