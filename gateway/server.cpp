@@ -11,6 +11,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "gateway/http_read.hpp"
 #include "gateway/json_input.hpp"
 #include "gateway/off_io.hpp"
 #include "gateway/quote.hpp"
@@ -42,6 +43,9 @@ std::string choose_request_id(std::string_view sent) {
                   static_cast<unsigned long long>(rng()));
     return buf;
 }
+
+// Most bytes of a request's header, and of a chunk-size line or trailer section (431, 400).
+constexpr size_t kHeaderLimit = 64 * 1024;
 
 const App* g_app = nullptr;  // the one server's App (write_json's timeout and drain state)
 
@@ -303,18 +307,31 @@ asio::awaitable<void> session(tcp::socket socket, App& app) {
         request_ids().erase(&stream);
         http::request_parser<http::string_body> parser;
         parser.body_limit(app.opts.max_body_bytes);
-        parser.header_limit(64 * 1024);
+        parser.header_limit(kHeaderLimit);
         stream.expires_after(std::chrono::seconds(60));
-        boost::system::error_code ec;
-        co_await http::async_read_header(stream, buf, parser, asio::redirect_error(asio::use_awaitable, ec));
-        if (!ec && !parser.is_done()) {
+        // gateway/http_read.hpp: Beast's parser, strict about the framing (a refusal: 400, close).
+        ReadResult read = co_await read_request_header(stream, buf, parser);
+        boost::system::error_code& ec = read.ec;
+        if (!ec && read.refusal.empty() && !parser.is_done()) {
             // A client that waits for "100 Continue" before sending the body (curl does).
             const auto expect = parser.get()[http::field::expect];
             if (beast::iequals(expect, "100-continue")) {
                 http::response<http::empty_body> cont{http::status::continue_, parser.get().version()};
                 co_await http::async_write(stream, cont, asio::redirect_error(asio::use_awaitable, ec));
             }
-            if (!ec) co_await http::async_read(stream, buf, parser, asio::redirect_error(asio::use_awaitable, ec));
+            if (!ec) read = co_await read_request_body(stream, buf, parser, kHeaderLimit);
+        }
+        if (!read.refusal.empty()) {
+            if (parser.is_header_done()) {
+                const auto sent = parser.get()["x-request-id"];
+                request_ids()[&stream] = choose_request_id(std::string_view(sent.data(), sent.size()));
+            } else {
+                request_ids()[&stream] = choose_request_id({});
+            }
+            co_await write_error(stream, ApiError(400, "malformed HTTP request: " + read.refusal, "", "bad_http"),
+                                 false, 11);
+            co_await drain_and_close(stream);
+            co_return;
         }
         if (!ec || ec == http::error::body_limit) {
             const auto sent = parser.get()["x-request-id"];
