@@ -14,6 +14,7 @@
 #include "gateway/choice.hpp"
 #include "gateway/grammar_spec.hpp"
 #include "gateway/off_io.hpp"
+#include "gateway/request_limits.hpp"
 #include "gateway/response_json.hpp"
 #include "gateway/sampling_params.hpp"
 #include "gateway/server.hpp"
@@ -68,18 +69,39 @@ void check_against_engine(const GenerationRequest& g, const protocol::Hello& h) 
 }
 
 // The validated request, or the error to answer with. Runs on a prep thread
-// (gateway/off_io.hpp): it reads only `ctx`, `hello` (copies made on the io thread) and the
+// (gateway/off_io.hpp): it reads only `ctx`, `hello` (copies made on the io thread), `limits`
+// (set before the server starts) and the
 // immutable tokenizer and chat renderer that `ctx` points to.
 std::variant<GenerationRequest, ApiError> build_request(const ModelContext& ctx, const protocol::Hello& hello,
-                                                        const std::string& body, Endpoint endpoint) {
+                                                        const std::string& body, Endpoint endpoint,
+                                                        const RequestLimits& limits) {
     try {
         GenerationRequest g = endpoint == Endpoint::ChatCompletions ? build_chat_request(body, ctx)
                               : endpoint == Endpoint::Responses     ? build_responses_request(body, ctx)
                                                                     : build_completion_request(body, ctx);
         check_against_engine(g, hello);
-        if (g.constraint) g.sampling.grammar = grammar_spec(*g.constraint);  // 400 for what cannot be enforced
+        check_request_limits(g, ctx.n_ctx, limits);
         return g;
     } catch (const ApiError& e) { return e; }
+}
+
+// The GEN key of g's constraint (grammar_spec.hpp: 400 for what cannot be enforced), compiled
+// on the compile threads (App::compile), so that at most kCompileThreads constraints compile at
+// once and requests without one never wait behind them; past kMaxCompilesWaiting waiting or
+// compiling, 503 at once.
+asio::awaitable<std::variant<GenerationRequest, ApiError>> compile_constraint(App& app, GenerationRequest g) {
+    if (app.compiles_waiting >= kMaxCompilesWaiting)
+        co_return ApiError(503, "the server is compiling too many constraints at once; retry shortly",
+                           g.constraint->param, "server_busy", "server_error");
+    ++app.compiles_waiting;
+    auto out = co_await run_off_io(app.compile.get(), [&]() -> std::variant<GenerationRequest, ApiError> {
+        try {
+            g.sampling.grammar = grammar_spec(*g.constraint);
+            return std::move(g);
+        } catch (const ApiError& e) { return e; }
+    });
+    --app.compiles_waiting;
+    co_return out;
 }
 
 // One engine request per choice (index = prompt_index * n + i), its events to `queue`.
@@ -131,7 +153,10 @@ asio::awaitable<bool> handle_generation(App& app, beast::tcp_stream& stream,
         // meanwhile, and then submit() fails each choice as it would a moment later.
         const ModelContext ctx = app.model_context();
         const protocol::Hello hello = app.engine->hello();
-        built = co_await run_off_io(app.prep.get(), [&] { return build_request(ctx, hello, req.body(), endpoint); });
+        built = co_await run_off_io(app.prep.get(),
+                                    [&] { return build_request(ctx, hello, req.body(), endpoint, app.opts.limits); });
+        if (auto* g = std::get_if<GenerationRequest>(&built); g && g->constraint)
+            built = co_await compile_constraint(app, std::move(*g));
     }
     if (const auto* e = std::get_if<ApiError>(&built)) {
         co_await write_json(stream, static_cast<http::status>(e->status), error_body(*e), keep, version);

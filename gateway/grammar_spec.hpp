@@ -16,7 +16,8 @@ namespace loom::gateway {
 /// an unsupported keyword or regex construct is a 400 and not an engine ERR. Throws
 /// ApiError(400, param c.param) for a constraint that does not compile (the message names the
 /// schema pointer and keyword, or the regex offset) and for kinds loom does not enforce yet
-/// (guided_grammar, strict tools under tool_choice "auto").
+/// (guided_grammar, strict tools under tool_choice "auto"), among them a constraint past
+/// grammar::GrammarLimits (too many states, steps or bytes to compile).
 protocol::GrammarSpec grammar_spec(const OutputConstraint& c);
 
 }  // namespace loom::gateway

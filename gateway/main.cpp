@@ -95,6 +95,7 @@ int main(int argc, char** argv) {
     std::string model, engine, host, model_id, api_key, api_key_file, engine_log, tool_parser, reasoning_parser;
     int port = 8080, ctx = 0, restart_limit = 5, prep_threads = 4;
     size_t max_body = 8u << 20;
+    RequestLimits limits;
     double request_timeout = 0, shutdown_timeout = 30, write_timeout = 30, ping_interval = 5, ping_timeout = 10;
     std::vector<std::string> engine_args;
     po::options_description opts(
@@ -118,6 +119,14 @@ int main(int argc, char** argv) {
         "api-key-file", po::value(&api_key_file),
         "read the API key from this file (one line; trailing newline ignored)")(
         "max-body", po::value(&max_body)->default_value(8u << 20), "largest request body in bytes (larger: 413)")(
+        "max-n", po::value(&limits.max_n)->default_value(limits.max_n),
+        "most choices ('n') per prompt, 1..128 (more: 400)")(
+        "max-request-tokens", po::value(&limits.max_request_tokens)->default_value(limits.max_request_tokens),
+        "most tokens one request may ask for: its prompts plus n x max_tokens per prompt, a missing max_tokens "
+        "counting as the rest of the context (more: 400; one prompt with n 1 is only bounded by the context)")(
+        "max-response-bytes", po::value(&limits.max_response_bytes)->default_value(limits.max_response_bytes),
+        "largest response a request may ask for, estimated before it runs from n x max_tokens tokens and the "
+        "logprobs and top_logprobs alternatives of each (more: 400)")(
         "request-timeout", po::value(&request_timeout)->default_value(0),
         "seconds a generation may take; longer: 503 (a stream: an error event, then [DONE]) and it is cancelled (0: no "
         "limit)")("write-timeout", po::value(&write_timeout)->default_value(30),
@@ -135,7 +144,8 @@ int main(int argc, char** argv) {
         "'unhealthy' (restarts go on, the delay doubling from 200 ms to 30 s)")(
         "prep-threads", po::value(&prep_threads)->default_value(4),
         "threads that parse requests, render chat templates and tokenize prompts, so that a long prompt does not "
-        "stall the other streams on the io thread (0: do it on the io thread)")(
+        "stall the other streams on the io thread; request constraints (response_format, guided_*, tools) compile "
+        "on 2 threads of their own (0: all of it on the io thread)")(
         "engine-log", po::value(&engine_log), "write every protocol line to this file ('> ' sent, '< ' received)")(
         "tool-parser", po::value(&tool_parser)->default_value("auto"),
         ("syntax of the model's tool calls: auto (from its chat template) or one of " + tool_family_names()).c_str())(
@@ -156,9 +166,11 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (model.empty() || port < 0 || port > 65535 || ctx < 0 || restart_limit < 1 || prep_threads < 0 ||
-        prep_threads > 256) {
+        prep_threads > 256 || limits.max_n < 1 || limits.max_n > 128 || limits.max_request_tokens < 1 ||
+        limits.max_response_bytes < 1) {
         std::cerr << "loom-gateway: --model is required (and --port in 0..65535, --engine-restart-limit >= 1, "
-                     "--prep-threads in 0..256)\n"
+                     "--prep-threads in 0..256, --max-n in 1..128, --max-request-tokens and --max-response-bytes "
+                     ">= 1)\n"
                   << opts << "\n";
         return 2;
     }
@@ -202,11 +214,15 @@ int main(int argc, char** argv) {
     app.opts.port = static_cast<unsigned short>(port);
     app.opts.api_key = api_key;
     app.opts.max_body_bytes = max_body;
+    app.opts.limits = limits;
     app.opts.write_timeout = seconds(write_timeout, "write-timeout");
     app.opts.request_timeout = seconds(request_timeout, "request-timeout");
     app.opts.model_id = model_id.empty() ? std::filesystem::path(model).stem().string() : model_id;
     app.created = static_cast<int64_t>(std::time(nullptr));
-    if (prep_threads > 0) app.prep = std::make_unique<asio::thread_pool>(static_cast<size_t>(prep_threads));
+    if (prep_threads > 0) {
+        app.prep = std::make_unique<asio::thread_pool>(static_cast<size_t>(prep_threads));
+        app.compile = std::make_unique<asio::thread_pool>(kCompileThreads);
+    }
     try {
         // The gateway reads only the vocabulary; the engine maps the weights.
         auto file = loom::model::GgufFile::open(model);
@@ -297,10 +313,11 @@ int main(int argc, char** argv) {
     io.run();
     cancel_preload = true;
     preload.join();
-    if (app.prep) {  // a request being prepared ends; its coroutine is destroyed with the io_context
-        app.prep->stop();
-        app.prep->join();
-    }
+    for (auto* pool : {app.prep.get(), app.compile.get()})
+        if (pool) {  // a request being prepared ends; its coroutine is destroyed with the io_context
+            pool->stop();
+            pool->join();
+        }
     app.engine->stop();
     return exit_code;
 }

@@ -15,6 +15,7 @@
 #include "gateway/metrics.hpp"
 #include "gateway/net.hpp"
 #include "gateway/output_options.hpp"
+#include "gateway/request_limits.hpp"
 #include "gateway/request_parser.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 
@@ -29,7 +30,13 @@ struct ServerOptions {
     size_t max_body_bytes = 8u << 20;                ///< larger bodies get 413
     std::chrono::milliseconds write_timeout{30000};  ///< a response write that takes longer: the request is cancelled
     std::chrono::milliseconds request_timeout{0};    ///< 0: none; else a generation that takes longer gets 503
+    RequestLimits limits;                            ///< --max-n, --max-request-tokens, --max-response-bytes
 };
+
+/// Threads compiling request constraints (each within grammar::GrammarLimits' time and
+/// memory), and the most requests that may wait for them or be on them (more: 503 at once).
+inline constexpr size_t kCompileThreads = 2;
+inline constexpr size_t kMaxCompilesWaiting = 16;
 
 /// The connections being served, so that a shutdown can close the idle ones and let
 /// the busy ones finish. Shared (sessions hold it) so that a session coroutine
@@ -59,10 +66,12 @@ struct App {
     uint64_t next_response = 1;
     std::shared_ptr<Connections> connections = std::make_shared<Connections>();
     std::unique_ptr<tcp::acceptor> acceptor;
-    /// Threads that prepare requests (parse, render, tokenize, compile grammars) off the io
-    /// thread (gateway/off_io.hpp; --prep-threads); null: on the io thread. Declared last, so
-    /// that it is joined before the members its tasks read are destroyed.
-    std::unique_ptr<asio::thread_pool> prep;
+    size_t compiles_waiting = 0;  ///< requests whose constraint waits for or is on `compile` (io thread only)
+    /// Threads that prepare requests (parse, render, tokenize) off the io thread
+    /// (gateway/off_io.hpp; --prep-threads), and kCompileThreads that compile their
+    /// constraints; null: on the io thread (--prep-threads 0). Declared last, so that they are
+    /// joined before the members their tasks read are destroyed.
+    std::unique_ptr<asio::thread_pool> prep, compile;
 
     /// ModelContext for request validation (valid once the engine is ready).
     ModelContext model_context() const;

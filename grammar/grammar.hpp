@@ -53,10 +53,19 @@ struct RuleDfa {
     }
 };
 
-/// Limits that keep a hostile constraint from exhausting memory or time.
+/// Limits that keep a hostile constraint from exhausting memory or time: a 60-byte regex such
+/// as `(a|b)*a(a|b){20}` asks for 2^20 DFA states. Whichever is reached first ends the
+/// construction with a GrammarError; the gateway checks every constraint with the same
+/// limits the engine compiles it with, so what passes there compiles here.
 struct GrammarLimits {
     size_t max_nfa_states = 1'000'000;
     size_t max_dfa_states = 200'000;
+    /// Steps of the construction: NFA states made, NFA states visited by the epsilon
+    /// closures, NFA edges followed by the subset construction (about 10 ns each).
+    size_t max_work = 10'000'000;
+    /// Bytes the construction may hold, estimated: NFA states, the DFA states' NFA state
+    /// sets (kept twice, for lookup), the transition rows.
+    size_t max_memory = 24u << 20;
 };
 
 /// An immutable compiled grammar, cheap to copy (shared). Rule 0 is the start rule.

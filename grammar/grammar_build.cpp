@@ -71,6 +71,38 @@ std::vector<uint8_t> choose_kept(const Rules& rules) {
 }
 
 // ---------------------------------------------------------------------------------------
+// The work and memory a construction may still spend (GrammarLimits::max_work, max_memory),
+// shared by every rule's NFA and DFA.
+
+class Budget {
+public:
+    explicit Budget(const GrammarLimits& l) : limits_(l), work_(l.max_work), memory_(l.max_memory) {}
+
+    void spend(size_t steps, size_t bytes) {
+        if (steps > work_)
+            throw GrammarError("the constraint needs more than " + std::to_string(limits_.max_work) +
+                               " steps to compile (nested or overlapping repetitions?)");
+        if (bytes > memory_)
+            throw GrammarError("the constraint needs more than " +
+                               (limits_.max_memory >= (1u << 20) ? std::to_string(limits_.max_memory >> 20) + " MiB"
+                                                                 : std::to_string(limits_.max_memory) + " bytes") +
+                               " to compile (nested or overlapping repetitions?)");
+        work_ -= steps;
+        memory_ -= bytes;
+    }
+
+private:
+    const GrammarLimits& limits_;
+    size_t work_, memory_;
+};
+
+// Estimated bytes of one NFA state with its edges, and per element of a DFA state's NFA
+// state set (the set, its copy as a lookup key, the hash table's share).
+constexpr size_t kNfaStateBytes = 128;
+constexpr size_t kSetEntryBytes = 3 * sizeof(int32_t);
+constexpr size_t kSetBytes = 3 * sizeof(std::vector<int32_t>) + 32;
+
+// ---------------------------------------------------------------------------------------
 // Thompson NFA, built right to left: build(e, exit) returns the entry state of a fragment
 // that matches e and then continues at `exit`. (expr, exit) pairs are memoised, so shared
 // sub-expressions with the same continuation are built once.
@@ -87,8 +119,8 @@ struct NfaState {
 
 class NfaBuilder {
 public:
-    NfaBuilder(const Rules& rules, const std::vector<int32_t>& kept_index, size_t limit)
-        : rules_(rules), kept_index_(kept_index), limit_(limit) {}
+    NfaBuilder(const Rules& rules, const std::vector<int32_t>& kept_index, size_t limit, Budget& budget)
+        : rules_(rules), kept_index_(kept_index), limit_(limit), budget_(budget) {}
 
     std::vector<NfaState> states;
 
@@ -96,6 +128,7 @@ public:
         if (states.size() >= limit_)
             throw GrammarError("the constraint needs more than " + std::to_string(limit_) +
                                " automaton states (very large repetition bounds?)");
+        budget_.spend(1, kNfaStateBytes);
         states.emplace_back();
         return static_cast<int32_t>(states.size()) - 1;
     }
@@ -264,6 +297,7 @@ private:
     const Rules& rules_;
     const std::vector<int32_t>& kept_index_;
     size_t limit_;
+    Budget& budget_;
     std::unordered_map<std::pair<const Expr*, int32_t>, int32_t, PairHash> memo_;
     std::map<ByteRangeSeq, int32_t> utf8_sequence_cache_;
 };
@@ -279,7 +313,7 @@ struct VecHash {
     }
 };
 
-RawDfa determinize(const NfaBuilder& nfa, int32_t start, int32_t final_state, size_t& budget) {
+RawDfa determinize(const NfaBuilder& nfa, int32_t start, int32_t final_state, size_t& budget, Budget& cost) {
     const auto& st = nfa.states;
     // Byte classes: bytes no edge of the NFA tells apart.
     std::array<uint8_t, 257> cut{};
@@ -307,9 +341,11 @@ RawDfa determinize(const NfaBuilder& nfa, int32_t start, int32_t final_state, si
                 mark[static_cast<size_t>(s)] = epoch;
                 stack.push_back(s);
             }
+        cost.spend(set.size(), 0);
         while (!stack.empty()) {
             const int32_t s = stack.back();
             stack.pop_back();
+            cost.spend(1 + st[static_cast<size_t>(s)].eps.size(), 0);
             out.push_back(s);
             for (int32_t t : st[static_cast<size_t>(s)].eps)
                 if (mark[static_cast<size_t>(t)] != epoch) {
@@ -327,13 +363,16 @@ RawDfa determinize(const NfaBuilder& nfa, int32_t start, int32_t final_state, si
     auto intern = [&](std::vector<int32_t> kernel) -> int32_t {
         std::sort(kernel.begin(), kernel.end());
         kernel.erase(std::unique(kernel.begin(), kernel.end()), kernel.end());
+        cost.spend(kernel.size(), 0);
         if (auto k = by_kernel.find(kernel); k != by_kernel.end()) return k->second;
+        cost.spend(0, kSetBytes + kernel.size() * kSetEntryBytes);
         std::vector<int32_t> set = kernel;
         closure(set);
         auto [it, fresh] = index.try_emplace(set, static_cast<int32_t>(sets.size()));
         if (fresh) {
             if (budget == 0) throw GrammarError("the constraint's automaton has too many states");
             --budget;
+            cost.spend(0, set.size() * kSetEntryBytes + static_cast<size_t>(d.n_classes) * sizeof(int32_t));
             sets.push_back(std::move(set));
         }
         by_kernel.emplace(std::move(kernel), it->second);
@@ -347,9 +386,11 @@ RawDfa determinize(const NfaBuilder& nfa, int32_t start, int32_t final_state, si
         bool accept = false;
         for (int32_t s : sets[k]) {
             if (s == final_state) accept = true;
-            for (const auto& e : st[static_cast<size_t>(s)].bytes)
+            for (const auto& e : st[static_cast<size_t>(s)].bytes) {
+                cost.spend(static_cast<size_t>(d.byte_class[e.hi] - d.byte_class[e.lo]) + 1, 0);
                 for (int c = d.byte_class[e.lo]; c <= d.byte_class[e.hi]; ++c)
                     targets[static_cast<size_t>(c)].push_back(e.to);
+            }
             for (const Call& c : st[static_cast<size_t>(s)].calls) calls[c.rule].push_back(c.ret);
         }
         std::vector<int32_t> row(static_cast<size_t>(d.n_classes), -1);
@@ -378,12 +419,13 @@ std::vector<RawDfa> build_raw_dfas(const Rules& rules, const GrammarLimits& limi
 
     std::vector<RawDfa> out;
     size_t nfa_budget = limits.max_nfa_states, dfa_budget = limits.max_dfa_states;
+    Budget cost(limits);
     for (int32_t r : order) {
-        NfaBuilder nfa(rules, kept_index, nfa_budget);
+        NfaBuilder nfa(rules, kept_index, nfa_budget, cost);
         const int32_t fin = nfa.add();
         const int32_t start = nfa.build(rules.body(r), fin);
         nfa_budget -= std::min(nfa_budget, nfa.states.size());
-        out.push_back(determinize(nfa, start, fin, dfa_budget));
+        out.push_back(determinize(nfa, start, fin, dfa_budget, cost));
         names.push_back(rules.name(r));
     }
     return out;

@@ -122,7 +122,31 @@ TEST_CASE("regex constructs outside the supported syntax are refused by name", "
     refused("*a", "nothing to repeat");
     refused("[z-a]", "out of order");
     refused("\\q", "unknown escape");
-    refused("(a{1000}b){1000}", "automaton states");  // a million copies: past GrammarLimits
+    refused("(a{1000}b){1000}", "MiB to compile");  // a million copies: past GrammarLimits' memory
+    refused("(a|b)*a(a|b){24}", "to compile");      // 2^24 DFA states: past its steps or memory
+}
+
+TEST_CASE("GrammarLimits bound the steps, the memory and the states of a construction", "[grammar]") {
+    Rules r;
+    r.root = r.add("root");
+    r.define(r.root, parse_regex("(a|b)*a(a|b){8}"));  // 512 DFA states: fine by default
+    CHECK(Grammar::from_rules(r).accepts("abbbbbbbba"));
+    auto error_with = [&](const GrammarLimits& l) {
+        try {
+            (void)Grammar::from_rules(r, l);
+        } catch (const GrammarError& e) { return std::string(e.what()); }
+        return std::string("accepted");
+    };
+    GrammarLimits l;
+    l.max_work = 2000;
+    CHECK(error_with(l) == "the constraint needs more than 2000 steps to compile (nested or overlapping repetitions?)");
+    l = GrammarLimits{};
+    l.max_memory = 65536;  // less than the 512 states' sets
+    CHECK(error_with(l) ==
+          "the constraint needs more than 65536 bytes to compile (nested or overlapping repetitions?)");
+    l = GrammarLimits{};
+    l.max_dfa_states = 100;
+    CHECK(error_with(l) == "the constraint's automaton has too many states");
 }
 
 TEST_CASE("search mode (JSON Schema pattern) allows text around an unanchored match", "[grammar]") {
