@@ -91,6 +91,7 @@ asio::awaitable<void> drain(asio::io_context& io, App& app, int sig, std::chrono
 
 int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);  // a dead engine or client must not kill the gateway
+    tune_malloc();                  // gateway/memory_trim.hpp: memory comes back after bursts
     ensure_std_fds();
     std::string model, engine, host, model_id, api_key, api_key_file, engine_log, tool_parser, reasoning_parser;
     int port = 8080, ctx = 0, restart_limit = 5, prep_threads = 4;
@@ -219,6 +220,7 @@ int main(int argc, char** argv) {
     app.opts.request_timeout = seconds(request_timeout, "request-timeout");
     app.opts.model_id = model_id.empty() ? std::filesystem::path(model).stem().string() : model_id;
     app.created = static_cast<int64_t>(std::time(nullptr));
+    app.trimmer = std::make_unique<MemoryTrimmer>(io.get_executor());
     if (prep_threads > 0) {
         app.prep = std::make_unique<asio::thread_pool>(static_cast<size_t>(prep_threads));
         app.compile = std::make_unique<asio::thread_pool>(kCompileThreads);

@@ -378,6 +378,7 @@ asio::awaitable<void> session(tcp::socket socket, App& app) {
                     parser.get().version());
         }
         reg.it->busy = false;
+        if (app.trimmer) app.trimmer->request_ended();
         if (internal || !keep_going) break;
     }
     boost::system::error_code ignore;

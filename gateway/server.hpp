@@ -12,6 +12,7 @@
 
 #include "gateway/chat_prompt.hpp"
 #include "gateway/engine_client.hpp"
+#include "gateway/memory_trim.hpp"
 #include "gateway/metrics.hpp"
 #include "gateway/net.hpp"
 #include "gateway/output_options.hpp"
@@ -66,6 +67,7 @@ struct App {
     uint64_t next_response = 1;
     std::shared_ptr<Connections> connections = std::make_shared<Connections>();
     std::unique_ptr<tcp::acceptor> acceptor;
+    std::unique_ptr<MemoryTrimmer> trimmer;  ///< told when each request ends; null: no trimming
     size_t compiles_waiting = 0;  ///< requests whose constraint waits for or is on `compile` (io thread only)
     /// Threads that prepare requests (parse, render, tokenize) off the io thread
     /// (gateway/off_io.hpp; --prep-threads), and kCompileThreads that compile their
