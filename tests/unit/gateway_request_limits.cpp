@@ -64,7 +64,7 @@ TEST_CASE("each limit refuses with 400 naming what to lower") {
     // One prompt with one choice is bounded by the context alone.
     l.max_request_tokens = 100;
     CHECK(refusal(request({2}, 1, std::nullopt), l).empty());
-    CHECK(!refusal(request({2}, 2, 40), l).empty());
+    CHECK(!refusal(request({2}, 2, 50), l).empty());  // 2 + 2 x 50
     l = RequestLimits{};
     l.max_response_bytes = 100000;
     GenerationRequest g = request({2}, 2, 100);

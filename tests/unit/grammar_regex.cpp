@@ -130,7 +130,8 @@ TEST_CASE("GrammarLimits bound the steps, the memory and the states of a constru
     Rules r;
     r.root = r.add("root");
     r.define(r.root, parse_regex("(a|b)*a(a|b){8}"));  // 512 DFA states: fine by default
-    CHECK(Grammar::from_rules(r).accepts("abbbbbbbba"));
+    CHECK(Grammar::from_rules(r).accepts("bbabbbbbbbb"));  // the a 9th from the end
+    CHECK_FALSE(Grammar::from_rules(r).accepts("babbbbbbbbb"));
     auto error_with = [&](const GrammarLimits& l) {
         try {
             (void)Grammar::from_rules(r, l);
