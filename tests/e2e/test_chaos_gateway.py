@@ -265,6 +265,7 @@ class ApiKeyFile(unittest.TestCase):
             self.assertEqual(p.returncode, 2, p.stderr)
             self.assertIn(msg, p.stderr)
         helptext = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=30).stdout
+        helptext = " ".join(helptext.split())  # the help's lines wrap where its widest flag puts them
         for flag in ("--api-key-file", "visible to every user in ps", "--request-timeout", "--shutdown-timeout",
                      "--write-timeout", "--engine-ping-interval", "--engine-ping-timeout", "--engine-restart-limit"):
             self.assertIn(flag, helptext)

@@ -185,10 +185,11 @@ class SlowReader(unittest.TestCase):
         fd, log = tempfile.mkstemp(prefix="loom-slow-", suffix=".log")
         os.close(fd)
         self.addCleanup(os.unlink, log)
-        # A fake engine that floods: as many tokens as asked, each with 20 top logprobs.
-        gw = Gateway(MODEL, "--write-timeout", "1", "--engine-log", log, "--engine-arg=--tokens",
-                     "--engine-arg=1000000", "--engine-arg=--top", "--engine-arg=20", "--engine-arg=--n-ctx",
-                     "--engine-arg=2000000", engine=FAKE)
+        # A fake engine that floods: as many tokens as asked, each with 20 top logprobs (a
+        # response far past --max-response-bytes' default, which is raised out of the way).
+        gw = Gateway(MODEL, "--write-timeout", "1", "--max-response-bytes", str(1 << 40), "--engine-log", log,
+                     "--engine-arg=--tokens", "--engine-arg=1000000", "--engine-arg=--top", "--engine-arg=20",
+                     "--engine-arg=--n-ctx", "--engine-arg=2000000", engine=FAKE)
         try:
             gw.wait_ready()
             rss0, fds0 = procwatch.rss_kib(gw.pid), len(procwatch.fds(gw.pid))
