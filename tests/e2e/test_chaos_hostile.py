@@ -43,12 +43,7 @@ def exchange(port, data, timeout=15):
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     t0 = time.time()
     s.sendall(data)
-    got = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        got += chunk
+    got = loomtest.read_http_response(s, to_close=True)
     s.close()
     return got, time.time() - t0
 
