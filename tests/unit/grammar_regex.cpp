@@ -129,7 +129,7 @@ TEST_CASE("regex constructs outside the supported syntax are refused by name", "
 TEST_CASE("GrammarLimits bound the steps, the memory and the states of a construction", "[grammar]") {
     Rules r;
     r.root = r.add("root");
-    r.define(r.root, parse_regex("(a|b)*a(a|b){8}"));  // 512 DFA states: fine by default
+    r.define(r.root, parse_regex("(a|b)*a(a|b){8}"));      // 512 DFA states: fine by default
     CHECK(Grammar::from_rules(r).accepts("bbabbbbbbbb"));  // the a 9th from the end
     CHECK_FALSE(Grammar::from_rules(r).accepts("babbbbbbbbb"));
     auto error_with = [&](const GrammarLimits& l) {
