@@ -68,10 +68,10 @@ void check_against_engine(const GenerationRequest& g, const protocol::Hello& h) 
                        "n");
 }
 
-// The validated request, or the error to answer with. Runs on a prep thread
-// (gateway/off_io.hpp): it reads only `ctx`, `hello` (copies made on the io thread), `limits`
-// (set before the server starts) and the
-// immutable tokenizer and chat renderer that `ctx` points to.
+// The validated request (its constraint not yet compiled), or the error to answer with. Runs
+// on a prep thread (gateway/off_io.hpp): it reads only `ctx`, `hello` (copies made on the io
+// thread), `limits` (set before the server starts) and the immutable tokenizer and chat
+// renderer that `ctx` points to.
 std::variant<GenerationRequest, ApiError> build_request(const ModelContext& ctx, const protocol::Hello& hello,
                                                         const std::string& body, Endpoint endpoint,
                                                         const RequestLimits& limits) {
