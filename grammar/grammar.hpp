@@ -61,11 +61,12 @@ struct GrammarLimits {
     size_t max_nfa_states = 1'000'000;
     size_t max_dfa_states = 200'000;
     /// Steps of the construction: NFA states made, NFA states visited by the epsilon
-    /// closures, NFA edges followed by the subset construction (about 10 ns each).
+    /// closures, NFA edges followed by the subset construction (tens of ns each).
     size_t max_work = 10'000'000;
     /// Bytes the construction may hold, estimated: NFA states, the DFA states' NFA state
-    /// sets (kept twice, for lookup), the transition rows.
-    size_t max_memory = 24u << 20;
+    /// sets (kept twice, for lookup), the transition rows. A JSON Schema object of 2,000
+    /// required integer properties needs about 50 MB.
+    size_t max_memory = 64u << 20;
 };
 
 /// An immutable compiled grammar, cheap to copy (shared). Rule 0 is the start rule.
