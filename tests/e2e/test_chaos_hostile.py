@@ -124,7 +124,7 @@ class HostileInput(GatewayTestCase):
         self.assertEqual(st, 400, body)
         self.assertEqual(body["error"]["param"], "guided_regex")
         self.assertIn("cannot be enforced", body["error"]["message"])
-        self.assertLess(took, 2 * SLOW)
+        self.assertLess(took, 3 * SLOW)  # wall time on a loaded 2-core machine; the CPU bound is below
         if not loomtest.SANITIZED:
             self.assertLess(procwatch.cpu_seconds(self.gw.pid) - cpu0, 1.0)
 
