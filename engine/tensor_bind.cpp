@@ -16,6 +16,19 @@ std::string dims_str(const std::vector<uint64_t>& d) {
     return s + "]";
 }
 
+// Throws unless t's dims are exactly `want`.
+void check_dims(const model::GgufTensor& t, const std::vector<int64_t>& want) {
+    bool same = t.dims.size() == want.size();
+    std::string w = "[";
+    for (size_t i = 0; i < want.size(); ++i) {
+        same = same && static_cast<int64_t>(t.dims[i]) == want[i];
+        w += (i ? ", " : "") + std::to_string(want[i]);
+    }
+    if (!same)
+        throw model::ModelError("tensor '" + std::string(t.name) + "' has shape " + dims_str(t.dims) + ", expected " +
+                                w + "]");
+}
+
 }  // namespace
 
 const model::GgufTensor& need_tensor(const model::GgufFile& f, const std::string& name) {
@@ -25,9 +38,7 @@ const model::GgufTensor& need_tensor(const model::GgufFile& f, const std::string
 }
 
 Matrix bind_matrix(const model::GgufTensor& t, int64_t cols, int64_t rows, const MatrixTypes& types) {
-    if (t.dims.size() != 2 || static_cast<int64_t>(t.dims[0]) != cols || static_cast<int64_t>(t.dims[1]) != rows)
-        throw model::ModelError("tensor '" + std::string(t.name) + "' has shape " + dims_str(t.dims) + ", expected [" +
-                                std::to_string(cols) + ", " + std::to_string(rows) + "]");
+    check_dims(t, {cols, rows});
     if (!types.supported(t.type))
         throw model::ModelError("tensor '" + std::string(t.name) + "' has type " + model::type_name(t.type) +
                                 ", which " + types.backend + " does not support");
@@ -38,6 +49,34 @@ Matrix bind_matrix(const model::GgufTensor& t, int64_t cols, int64_t rows, const
     m.row_bytes = static_cast<size_t>(t.nbytes / static_cast<uint64_t>(rows));
     m.data = t.data;
     return m;
+}
+
+std::vector<Matrix> bind_matrices(const model::GgufTensor& t, int64_t cols, int64_t rows, int64_t n,
+                                  const MatrixTypes& types) {
+    check_dims(t, {cols, rows, n});
+    model::GgufTensor one = t;
+    one.dims = {t.dims[0], t.dims[1]};
+    one.nbytes = t.nbytes / static_cast<uint64_t>(n);
+    std::vector<Matrix> out;
+    for (int64_t e = 0; e < n; ++e) {
+        out.push_back(bind_matrix(one, cols, rows, types));
+        out.back().data = t.data + static_cast<size_t>(e) * one.nbytes;
+    }
+    return out;
+}
+
+std::vector<std::vector<float>> bind_vectors(const model::GgufTensor& t, int64_t m, int64_t n) {
+    check_dims(t, {m, n});
+    if (!model::can_dequantize(t.type))
+        throw model::ModelError("tensor '" + std::string(t.name) + "' has unsupported type " +
+                                model::type_name(t.type));
+    std::vector<std::vector<float>> out;
+    const size_t row = model::row_bytes(t.type, m);
+    for (int64_t e = 0; e < n; ++e) {
+        out.emplace_back(static_cast<size_t>(m));
+        model::dequantize_row(t.type, t.data + static_cast<size_t>(e) * row, out.back().data(), m);
+    }
+    return out;
 }
 
 std::vector<float> bind_vector(const model::GgufTensor& t, int64_t n) {

@@ -38,6 +38,17 @@ const model::GgufTensor& need_tensor(const model::GgufFile& f, const std::string
 /// tensor and both shapes when the dims differ, or naming its type when `types` refuses it.
 Matrix bind_matrix(const model::GgufTensor& t, int64_t cols, int64_t rows, const MatrixTypes& types);
 
+/// Tensor `t` of GGUF dims [cols, rows, n] (n matrices stacked, e.g. llama.cpp's
+/// blk.N.ffn_*_exps.weight of a mixture of experts) as n matrices [rows x cols], each a view
+/// of its slice of the mapped file. Throws model::ModelError like bind_matrix.
+std::vector<Matrix> bind_matrices(const model::GgufTensor& t, int64_t cols, int64_t rows, int64_t n,
+                                  const MatrixTypes& types);
+
+/// Tensor `t` of GGUF dims [m, n] (any dequantizable type) decoded to n F32 vectors of m
+/// elements (e.g. gpt-oss's per-expert biases). Throws model::ModelError naming the tensor for
+/// another shape or an unreadable type.
+std::vector<std::vector<float>> bind_vectors(const model::GgufTensor& t, int64_t m, int64_t n);
+
 /// Tensor `t` (a vector of n elements, any dequantizable type) decoded to F32. Throws
 /// model::ModelError naming the tensor for another shape or an unreadable type.
 std::vector<float> bind_vector(const model::GgufTensor& t, int64_t n);

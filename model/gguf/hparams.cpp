@@ -70,6 +70,14 @@ HParams HParams::from_gguf(const GgufFile& f) {
         !std::isfinite(h.yarn_beta_fast) || !std::isfinite(h.yarn_beta_slow) || !std::isfinite(h.rope_attn_factor))
         throw ModelError(a + "rope.scaling.yarn_beta_fast, yarn_beta_slow and attn_factor must be positive numbers");
     h.sliding_window = count_or_zero(f, a + "attention.sliding_window");
+    h.n_expert = count_or_zero(f, a + "expert_count");
+    if (h.n_expert > 0) {
+        h.n_expert_used = required(f, a + "expert_used_count");
+        if (h.n_expert_used > h.n_expert)
+            throw ModelError(a + "expert_used_count " + std::to_string(h.n_expert_used) + " exceeds expert_count " +
+                             std::to_string(h.n_expert));
+        h.n_ff_exp = optional(f, a + "expert_feed_forward_length", h.n_ff);
+    }
     const GgufValue* fv = f.find(a + "rope.scaling.factor");
     if (!fv) fv = f.find(a + "rope.scale_linear");
     const double factor = fv ? fv->as_float().value_or(-1.0) : 0.0;

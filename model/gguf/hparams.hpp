@@ -42,6 +42,11 @@ struct HParams {
     /// attention.sliding_window: each position attends to itself and the window - 1 before it
     /// (0: no window). Which layers it applies to is the architecture's rule.
     int32_t sliding_window = 0;
+    // Mixture of experts (Mixtral, Qwen MoE, gpt-oss): which experts a token runs is the
+    // architecture's routing rule; these are the counts and sizes the file declares.
+    int32_t n_expert = 0;       ///< expert_count (0: a dense model)
+    int32_t n_expert_used = 0;  ///< expert_used_count: experts per token, 1..n_expert (0 when dense)
+    int32_t n_ff_exp = 0;       ///< expert_feed_forward_length, default feed_forward_length (0 when dense)
 
     /// Reads and checks the hyperparameters. n_vocab comes from `<arch>.vocab_size`
     /// or, when absent, from the token list. Throws ModelError when a required key
@@ -49,7 +54,8 @@ struct HParams {
     /// n_head_kv), when rope.freq_base or the RMS epsilon is not a positive number,
     /// when `<arch>.rope.scaling.type` asks for a scaling other than none/linear/yarn
     /// (e.g. "longrope" with a factor > 1), naming it, or YaRN without
-    /// rope.scaling.original_context_length; never for an unknown architecture (the
+    /// rope.scaling.original_context_length, or expert_count > 0 without an
+    /// expert_used_count in 1..expert_count; never for an unknown architecture (the
     /// backend decides that).
     static HParams from_gguf(const GgufFile& f);
 };

@@ -1,7 +1,8 @@
 """The GPU engine (loom-engine-gpuemu: the shared GPU backend on the CPU emulator) and the
 architectures and features of issue 39: it refuses at load, by name, what its kernels do not
-compute (a declared sliding window, the gemma2/gemma3/phi3 architectures), never serving such a
-file with other maths; and it runs YaRN RoPE scaling, whose cos/sin table it shares with the CPU
+compute (a declared sliding window, the gemma2/gemma3/phi3 architectures, a mixture of experts:
+a llama file with experts and the qwen3moe/gpt-oss architectures), never serving such a file with
+other maths (a mixture run as its dense part would load: it must not); and it runs YaRN RoPE scaling, whose cos/sin table it shares with the CPU
 engine (engine/rope_angles.hpp), with the same greedy tokens as loom-engine-cpu and logprobs
 within 2e-3 (every product in F32, F32 KV cache), teacher forcing not needed at that distance.
 
@@ -44,6 +45,15 @@ class GpuArchitectures(unittest.TestCase):
             with self.subTest(arch=arch):
                 msg = load_error(EMU, f"models/arch/{arch}-f32.gguf")
                 self.assertIn(f"unsupported architecture '{arch}'", msg)
+
+    def test_mixtures_of_experts_are_refused_by_name(self):
+        # llama-moe is a llama file: it binds as llama unless its experts are seen.
+        for model, arch, n in (("llama-moe-f32", "llama", 4), ("llama-moe-q8_0", "llama", 4),
+                               ("qwen3moe-f32", "qwen3moe", 8), ("gpt-oss-mxfp4", "gpt-oss", 4)):
+            with self.subTest(model=model):
+                msg = load_error(EMU, f"models/arch/{model}.gguf")
+                self.assertIn(f"'{arch}' is a mixture of experts ({arch}.expert_count = {n})", msg)
+                self.assertIn("loom-engine-gpuemu does not run yet", msg)
 
     def test_yarn_matches_the_cpu_engine(self):
         for name in ("llama-yarn-f32", "qwen2-yarn-f32"):

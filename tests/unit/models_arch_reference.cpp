@@ -156,3 +156,13 @@ TEST_CASE("phi3: fused QKV and gate/up; LongRoPE short factors up to the origina
     check_arch("phi3-f32.gguf", "phi3-f32.json", 4096);
     check_arch("phi3-f32.gguf", "variants/phi3-f32-longrope.json", 8192);
 }
+
+TEST_CASE("qwen3moe: 8 experts, top 2 renormalised, q/k norms (F32 and Q8_0)") {
+    check_arch("qwen3moe-f32.gguf", "qwen3moe-f32.json");
+    check_arch("qwen3moe-q8_0.gguf", "qwen3moe-q8_0.json");
+}
+
+TEST_CASE("llama with experts (Mixtral): softmax over 4 experts, top 2 renormalised (F32 and Q8_0)") {
+    check_arch("llama-moe-f32.gguf", "llama-moe-f32.json");
+    check_arch("llama-moe-q8_0.gguf", "llama-moe-q8_0.json");
+}

@@ -20,6 +20,17 @@ int64_t pad64(int64_t n) { return (n + 63) / 64 * 64; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The GPU kernels have no experts yet: a mixture (a llama file with expert_count, or a MoE
+// architecture) is refused by name at load, never run as a dense model.
+void refuse_experts(const model::GgufFile& f, const std::string& engine) {
+    const std::string arch = f.get_string("general.architecture");
+    const int64_t n_expert = f.get_int(arch + ".expert_count", 0);
+    if (n_expert > 0 || arch == "qwen2moe" || arch == "qwen3moe" || arch == "gpt-oss")
+        throw model::ModelError("'" + arch + "' is a mixture of experts (" + arch +
+                                ".expert_count = " + std::to_string(n_expert) + "), which " + engine +
+                                " does not run yet (loom-engine-cpu does)");
+}
+
 }  // namespace
 
 template <class T>
@@ -54,6 +65,7 @@ GpuBackend::GpuBackend(const std::string& path, const GpuOptions& opts)
     if (opts.max_slots < 1 || opts.max_step_tokens < 1 || opts.kv_tokens < 0 || opts.matvec_rows < -1 ||
         opts.decode_gemm_rows < -1 || !(opts.kv_fraction > 0.0 && opts.kv_fraction <= 1.0))
         throw std::invalid_argument("GPU options out of range (slots and step tokens >= 1, KV fraction in (0, 1])");
+    refuse_experts(file_, opts.engine_name);
     check_tensor_types(file_, opts.engine_name);
     w_ = engine::LlamaWeights::bind(file_, {opts.engine_name, device_type_supported});
     // The GPU kernels attend to every cached position: a declared window that the served

@@ -1,6 +1,9 @@
 // The llama family on the CPU: llama, mistral, qwen2 (q/k/v biases) and qwen3 (per-head
 // q/k RMSNorm), with the weights bound by engine/llama_weights.hpp (shared with the GPU
-// backend) and the common hyperparameters of model::HParams.
+// backend) and the common hyperparameters of model::HParams; and its mixtures of experts,
+// whose FFN step is moe.hpp's: llama with expert_count (Mixtral: softmax over all experts,
+// top k renormalised), qwen3moe (as qwen3, top k renormalised) and qwen2moe (as qwen2, top k
+// not renormalised, plus the shared expert under its sigmoid gate).
 //
 // Source: the Llama architecture (Touvron et al. 2023): pre-norm RMSNorm, rotary position
 // embeddings (pairs (2i, 2i+1); qwen2/qwen3 rotate (i, i + d/2), "NEOX" order) with linear,
@@ -15,6 +18,7 @@
 #include "engine/backends/cpu/architecture.hpp"
 #include "engine/backends/cpu/blocks.hpp"
 #include "engine/backends/cpu/matvec.hpp"
+#include "engine/backends/cpu/moe.hpp"
 #include "engine/llama_weights.hpp"
 
 namespace loom::cpu {
@@ -28,7 +32,11 @@ public:
     Llama(const model::GgufFile& f, Compute& compute)
         : w_(LlamaWeights::bind(f, {"the CPU backend", can_dot})),
           c_(compute),
-          rope_(w_.hp.head_dim, engine::RopeSpec::from_hparams(w_.hp, w_.rope_freqs), w_.neox_rope) {}
+          rope_(w_.hp.head_dim, engine::RopeSpec::from_hparams(w_.hp, w_.rope_freqs), w_.neox_rope) {
+        route_.rule = RouteSpec::SoftmaxTopK;
+        route_.k = w_.hp.n_expert_used;
+        route_.renormalise = w_.norm_topk;
+    }
 
     const model::HParams& hparams() const override { return w_.hp; }
 
@@ -67,15 +75,30 @@ public:
     }
 
 private:
-    // The feed-forward step: xb [T x n_embd] (normalised) becomes down(silu(gate xb) * up xb).
+    // The feed-forward step: xb [T x n_embd] (normalised) becomes down(silu(gate xb) * up xb),
+    // or the mixture of such experts (moe.hpp).
     void ffn(const LayerWeights& L, float* xb, int64_t T) {
-        gated_ffn(c_, L.gate, L.up, L.down, Gate::SiLU, xb, T, g_, u_);
+        if (w_.hp.n_expert == 0) return gated_ffn(c_, L.gate, L.up, L.down, Gate::SiLU, xb, T, g_, u_);
+        ExpertLayer e;
+        e.router = &L.gate_inp;
+        e.gate = L.gate_exps;
+        e.up = L.up_exps;
+        e.down = L.down_exps;
+        if (!L.gate_inp_shexp.empty()) {
+            e.shared_gate = &L.gate_shexp;
+            e.shared_up = &L.up_shexp;
+            e.shared_down = &L.down_shexp;
+            e.shared_gate_inp = &L.gate_inp_shexp;
+        }
+        moe_.run(c_, e, route_, xb, T);
     }
 
     LlamaWeights w_;
     Compute& c_;
     Rope rope_;
     StepBuffers b_;
+    RouteSpec route_;
+    MoeFfn moe_;
     std::vector<float> g_, u_, xn_;
 };
 
