@@ -261,6 +261,7 @@ void quantize_row(uint32_t type, const float* src, void* dst, int64_t n) {
         case GgmlType::IQ3_S: return quant_blocks<256, 110>(quantize_block_iq3_s, src, dst, n);
         case GgmlType::IQ1_S: return quant_blocks<256, 50>(quantize_block_iq1_s, src, dst, n);
         case GgmlType::IQ1_M: return quant_blocks<256, 56>(quantize_block_iq1_m, src, dst, n);
+        case GgmlType::MXFP4: return quant_blocks<32, 17>(quantize_block_mxfp4, src, dst, n);
         default: break;
     }
     throw std::invalid_argument("cannot quantize to tensor type " + type_name(type));  // unreachable

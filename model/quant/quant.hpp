@@ -53,7 +53,7 @@ uint16_t fp32_to_bf16(float f);
 
 /// True when dequantize_row supports `type` (a ggml type id): F32, F16, BF16, Q8_0,
 /// Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS,
-/// IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M.
+/// IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, MXFP4.
 bool can_dequantize(uint32_t type);
 
 /// Decodes n elements of ggml type `type` stored at src (n / block_size packed

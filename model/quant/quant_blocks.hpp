@@ -25,6 +25,19 @@ namespace loom::model::blocks {
 /// The 16 signed levels of IQ4_NL and IQ4_XS, ascending (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
+/// The 16 E2M1 (FP4) values of MXFP4, doubled so that they are integers (0, 0.5, 1, 1.5,
+/// 2, 3, 4, 6 and their negatives, times 2): ggml's kvalues_mxfp4 (ggml-common.h, MIT).
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/// MXFP4's E8M0 scale byte e as the float 2^(e - 128): the block scale 2^(e - 127) halved,
+/// for the doubled kMxfp4Values (exact for every e, 2^-128 being a subnormal float).
+LOOM_QB_INLINE float e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
 /// 6-bit scale j (0..7) and 6-bit min j of Q4_K / Q5_K's 12 packed scale bytes:
 /// bytes 0-3 hold scales 0-3 (bits 0-5), bytes 4-7 mins 0-3 (bits 0-5); scales and
 /// mins 4-7 keep their low nibbles in bytes 8-11 (scale low, min high) and their top
@@ -125,6 +138,15 @@ struct IQ4_NL : BlockOf<GgmlType::IQ4_NL, 32, 18> {
     static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
         const float d = load_f16(b);
         split_nibbles(b + 2, y, [d](int q, int) { return d * static_cast<float>(kIq4nlValues[q]); });
+    }
+};
+
+/// MXFP4 (OCP Microscaling, gpt-oss's expert weights): {uint8 e; uint8 qs[16]} (nibbles as
+/// Q4_0); x = e8m0_half(e) * kMxfp4Values[nibble] (ggml's block_mxfp4).
+struct MXFP4 : BlockOf<GgmlType::MXFP4, 32, 17> {
+    static LOOM_QB_INLINE void decode(const uint8_t* b, float* y) {
+        const float d = e8m0_half(b[0]);
+        split_nibbles(b + 1, y, [d](int q, int) { return d * static_cast<float>(kMxfp4Values[q]); });
     }
 };
 
@@ -263,8 +285,8 @@ struct IQ4_XS : BlockOf<GgmlType::IQ4_XS, 256, 136> {
 /// The block decoders above and those of quant_blocks_iq.hpp, as a list of types (see with_block).
 template <class... Bs>
 struct BlockList {};
-using AllBlocks = BlockList<Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ2_XXS, IQ2_XS,
-                            IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M>;
+using AllBlocks = BlockList<Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS,
+                            IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M>;
 
 /// Calls `f.template operator()<B>()` for the decoder B in `list` whose kType is `type` and
 /// returns true; returns false, not calling f, when none is.

@@ -53,4 +53,7 @@ void quantize_block_iq3_s(const float* x, uint8_t* b);
 void quantize_block_iq1_s(const float* x, uint8_t* b);
 void quantize_block_iq1_m(const float* x, uint8_t* b);
 
+/// One 32-element MXFP4 block (model/quant/quant_mxfp4.cpp).
+void quantize_block_mxfp4(const float* x, uint8_t* b);
+
 }  // namespace loom::model::qdetail

@@ -79,7 +79,9 @@ TEST_CASE("an unsupported architecture is refused by name") {
     s.arch = "falcon";
     loom::test::write_arch_model(s, dir.path + "/m.gguf");
     const std::string msg = load_error(dir.path + "/m.gguf");
-    CHECK(msg == "unsupported architecture 'falcon' (supported: llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3)");
+    CHECK(msg ==
+          "unsupported architecture 'falcon' (supported: llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, "
+          "gemma3, phi3)");
 }
 
 TEST_CASE("RoPE scaling other than none/linear/yarn is refused, naming the type") {

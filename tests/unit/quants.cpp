@@ -27,7 +27,7 @@ const std::vector<GgmlType> kAllTypes = {
     GgmlType::F32,     GgmlType::F16,    GgmlType::BF16,   GgmlType::Q8_0,    GgmlType::Q4_0,   GgmlType::Q4_1,
     GgmlType::Q5_0,    GgmlType::Q5_1,   GgmlType::Q2_K,   GgmlType::Q3_K,    GgmlType::Q4_K,   GgmlType::Q5_K,
     GgmlType::Q6_K,    GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
-    GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::IQ1_S,  GgmlType::IQ1_M};
+    GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::IQ1_S,  GgmlType::IQ1_M, GgmlType::MXFP4};
 
 void put16(std::vector<uint8_t>& b, size_t at, uint16_t v) { std::memcpy(b.data() + at, &v, 2); }
 
@@ -169,6 +169,22 @@ TEST_CASE("hand-built 32-element blocks decode by the format definition") {
         }
         check_block(GgmlType::IQ4_NL, b, want);
     }
+    SECTION("MXFP4: x = 2^(e - 127) * E2M1[nibble], all 16 levels, scale byte first") {
+        // The OCP MX E2M1 values, written out here: 0, 0.5, 1, 1.5, 2, 3, 4, 6, signed.
+        static const float fp4[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+        for (int e : {127, 130, 1, 0, 200}) {
+            INFO("e8m0 " << e);
+            std::vector<uint8_t> b(17);
+            b[0] = static_cast<uint8_t>(e);
+            std::vector<float> want(32);
+            for (int j = 0; j < 16; ++j) {
+                b[1 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+                want[j] = std::ldexp(fp4[j], e - 127);
+                want[16 + j] = std::ldexp(fp4[15 - j], e - 127);
+            }
+            check_block(GgmlType::MXFP4, b, want);
+        }
+    }
 }
 
 TEST_CASE("hand-built K-quant and IQ4_XS super-blocks decode by the format definition") {
@@ -276,7 +292,7 @@ TEST_CASE("quantize -> dequantize round trips stay within each type's error") {
     // Relative RMS error on N(0, 1) data. A b-bit uniform code over a block's range R
     // has RMS error step/sqrt(12) with step = R / (2^b - 1); R is ~4-5 sigma for 32
     // values. The bounds sit ~1.3x above what these quantizers measure (0.54% for
-    // Q8_0, 1.9% Q6_K, 3.8-4.3% Q5, 7.8-8.7% Q4 and IQ4, 15.6% Q3_K, 34.6% Q2_K; the simple
+    // Q8_0, 1.9% Q6_K, 3.8-4.3% Q5, 7.8-8.7% Q4 and IQ4, 11.3% MXFP4, 15.6% Q3_K, 34.6% Q2_K; the simple
     // IQ quantizers of model/quant/quant_iq.cpp: IQ3_S 13.0%, IQ3_XXS 17.9%, IQ2_S 24.2%,
     // IQ2_XS 29.2%, IQ2_XXS 33.8%, IQ1_M 42.5%, IQ1_S 46.0%).
     const std::map<GgmlType, double> bound = {
@@ -285,7 +301,7 @@ TEST_CASE("quantize -> dequantize round trips stay within each type's error") {
         {GgmlType::Q4_0, 0.11},    {GgmlType::Q4_1, 0.10},  {GgmlType::Q4_K, 0.10},   {GgmlType::IQ4_NL, 0.10},
         {GgmlType::IQ4_XS, 0.10},  {GgmlType::Q3_K, 0.20},  {GgmlType::Q2_K, 0.45},   {GgmlType::IQ3_S, 0.17},
         {GgmlType::IQ3_XXS, 0.23}, {GgmlType::IQ2_S, 0.31}, {GgmlType::IQ2_XS, 0.38}, {GgmlType::IQ2_XXS, 0.44},
-        {GgmlType::IQ1_M, 0.55},   {GgmlType::IQ1_S, 0.60}};
+        {GgmlType::IQ1_M, 0.55},   {GgmlType::IQ1_S, 0.60}, {GgmlType::MXFP4, 0.15}};
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> x(8192);
@@ -347,7 +363,7 @@ std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng) {
         {GgmlType::Q5_1, {0, 2}}, {GgmlType::IQ4_NL, {0}},  {GgmlType::Q2_K, {80, 82}}, {GgmlType::Q3_K, {108}},
         {GgmlType::Q4_K, {0, 2}}, {GgmlType::Q5_K, {0, 2}}, {GgmlType::Q6_K, {208}},    {GgmlType::IQ4_XS, {0}},
         {GgmlType::IQ2_XXS, {0}}, {GgmlType::IQ2_XS, {0}},  {GgmlType::IQ2_S, {0}},     {GgmlType::IQ3_XXS, {0}},
-        {GgmlType::IQ3_S, {0}},   {GgmlType::IQ1_S, {0}},   {GgmlType::IQ1_M, {}}};
+        {GgmlType::IQ3_S, {0}},   {GgmlType::IQ1_S, {0}},   {GgmlType::IQ1_M, {}},   {GgmlType::MXFP4, {}}};
     const auto tr = *lm::type_traits(id(t));
     for (size_t blk = 0; blk < b.size() / tr.type_size; ++blk) {
         for (size_t off : halves.at(t)) put16(b, blk * tr.type_size + off, lm::fp32_to_fp16(0.01f * nd(rng)));
@@ -359,6 +375,9 @@ std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng) {
             hi = static_cast<uint8_t>((hi & 0x0f) | (((h >> (4 * i)) & 15) << 4));
         }
     }
+    if (t == GgmlType::MXFP4)  // E8M0 scale bytes 2^-10 .. 2^-3
+        for (size_t blk = 0; blk < b.size() / tr.type_size; ++blk)
+            b[blk * tr.type_size] = static_cast<uint8_t>(118 + rng() % 8);
     return b;
 }
 

@@ -229,6 +229,20 @@ LOOM_QB_INLINE float fused_iq4_nl(const uint8_t* r, const float* x, int64_t n) {
     return reduce(a);
 }
 
+// MXFP4: the level looked up (16 entries; gpt-oss's experts are its only users).
+LOOM_QB_INLINE float fused_mxfp4(const uint8_t* r, const float* x, int64_t n) {
+    Acc a = {};
+    for (int64_t e = 0; e < n; e += 32, r += 17) {
+        const float d = qb::e8m0_half(r[0]);
+        const float* xx = x + e;
+        LOOM_WIDEN2(w0, w1, r + 1)
+        LOOM_ACC4(
+            d * static_cast<float>(qb::kMxfp4Values[w0[k] & 15]), d * static_cast<float>(qb::kMxfp4Values[w1[k] & 15]),
+            d * static_cast<float>(qb::kMxfp4Values[w0[k] >> 4]), d * static_cast<float>(qb::kMxfp4Values[w1[k] >> 4]))
+    }
+    return reduce(a);
+}
+
 // ---- 256-element super-blocks, one 32-element part p at a time ----------------
 
 LOOM_QB_INLINE float fused_q2_k(const uint8_t* r, const float* x, int64_t n) {
@@ -513,6 +527,7 @@ LOOM_KERNELS(q4_k, qb::Q4_K)
 LOOM_KERNELS(q5_k, qb::Q5_K)
 LOOM_KERNELS(q6_k, qb::Q6_K)
 LOOM_KERNELS(iq4_nl, qb::IQ4_NL)
+LOOM_KERNELS(mxfp4, qb::MXFP4)
 LOOM_KERNELS(iq4_xs, qb::IQ4_XS)
 LOOM_KERNELS(iq2_xxs, qb::IQ2_XXS)
 LOOM_KERNELS(iq2_xs, qb::IQ2_XS)
@@ -547,6 +562,7 @@ Kernels kernels(uint32_t type) {
         LOOM_CASE(Q5_K, q5_k, qb::Q5_K)
         LOOM_CASE(Q6_K, q6_k, qb::Q6_K)
         LOOM_CASE(IQ4_NL, iq4_nl, qb::IQ4_NL)
+        LOOM_CASE(MXFP4, mxfp4, qb::MXFP4)
         LOOM_CASE(IQ4_XS, iq4_xs, qb::IQ4_XS)
         LOOM_CASE(IQ2_XXS, iq2_xxs, qb::IQ2_XXS)
         LOOM_CASE(IQ2_XS, iq2_xs, qb::IQ2_XS)

@@ -21,8 +21,8 @@ namespace loom::cpu {
 
 /// True when dot_row / dot_row_multi support rows of ggml type `type`: F32, F16,
 /// BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
-/// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (the types model::can_dequantize
-/// accepts).
+/// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, MXFP4 (the types
+/// model::can_dequantize accepts).
 bool can_dot(uint32_t type);
 
 /// Returns sum_i w[i] * x[i], w being the n elements of ggml type `type` at `row`
