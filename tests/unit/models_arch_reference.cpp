@@ -166,3 +166,8 @@ TEST_CASE("llama with experts (Mixtral): softmax over 4 experts, top 2 renormali
     check_arch("llama-moe-f32.gguf", "llama-moe-f32.json");
     check_arch("llama-moe-q8_0.gguf", "llama-moe-q8_0.json");
 }
+
+TEST_CASE("gpt-oss: attention sinks, alternating windows, YaRN, top-k-then-softmax routing, clamped SwiGLU, MXFP4") {
+    check_arch("gpt-oss-f32.gguf", "gpt-oss-f32.json");
+    check_arch("gpt-oss-mxfp4.gguf", "gpt-oss-mxfp4.json");
+}

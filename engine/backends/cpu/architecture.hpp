@@ -74,5 +74,6 @@ std::string cpu_architectures();
 std::unique_ptr<CpuArchitecture> make_llama(const model::GgufFile& f, Compute& compute);
 std::unique_ptr<CpuArchitecture> make_gemma(const model::GgufFile& f, Compute& compute);
 std::unique_ptr<CpuArchitecture> make_phi3(const model::GgufFile& f, Compute& compute);
+std::unique_ptr<CpuArchitecture> make_gpt_oss(const model::GgufFile& f, Compute& compute);
 
 }  // namespace loom::cpu

@@ -90,7 +90,8 @@ void attention(Compute& compute, const Batch& batch, int64_t layer, const AttnSp
             const int64_t n_kv = batch.pos[static_cast<size_t>(t)] + 1;
             const int64_t first = spec.window > 0 ? std::max<int64_t>(0, n_kv - spec.window) : 0;
             attend_paged(q + t * nq + h * hd, batch.kv, batch.layout, layer, batch.tables[static_cast<size_t>(t)],
-                         kvh * hd, first, n_kv, hd, spec.scale, spec.softcap, out + t * nq + h * hd, scores.data());
+                         kvh * hd, first, n_kv, hd, spec.scale, spec.softcap, out + t * nq + h * hd, scores.data(),
+                         spec.sinks != nullptr, spec.sinks ? (*spec.sinks)[static_cast<size_t>(h)] : 0.0f);
         }
     });
 }

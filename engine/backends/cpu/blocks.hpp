@@ -50,6 +50,7 @@ struct AttnSpec {
     float scale = 1.0f;                               ///< scores q.k * scale
     float softcap = 0.0f;                             ///< > 0: scores soft-capped (attend_paged)
     int32_t window = 0;                               ///< > 0: position p attends to positions p - window + 1 .. p only
+    const std::vector<float>* sinks = nullptr;        ///< [n_head] attention sink logits (gpt-oss), or null
 
     /// hp's heads, scale 1/sqrt(head_dim) (in F32), no soft-cap, no window.
     static AttnSpec of(const model::HParams& hp);

@@ -64,7 +64,7 @@ void Rope::apply(float* vecs, int64_t n_heads, int64_t t) const {
 
 void attend_paged(const float* q, const float* pool, const engine::KvLayout& layout, int64_t layer,
                   std::span<const int32_t> table, int64_t head_off, int64_t first, int64_t n_kv, int64_t hd,
-                  float scale, float softcap, float* out, float* scratch) {
+                  float scale, float softcap, float* out, float* scratch, bool has_sink, float sink) {
     const int64_t bt = layout.block_tokens, stride = layout.kv_dim;
     // Walks positions first..n_kv-1 block by block: rows of one block are `stride` floats apart.
     auto each = [&](int v, auto&& fn) {
@@ -82,7 +82,8 @@ void attend_paged(const float* q, const float* pool, const engine::KvLayout& lay
         scratch[j] = s;
         mx = std::max(mx, s);
     });
-    double sum = 0;
+    if (has_sink) mx = std::max(mx, sink);
+    double sum = has_sink ? std::exp(static_cast<double>(sink - mx)) : 0.0;
     for (int64_t j = 0; j < n; ++j) {
         scratch[j] = std::exp(scratch[j] - mx);
         sum += scratch[j];

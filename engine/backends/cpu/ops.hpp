@@ -56,9 +56,11 @@ private:
 /// q: [hd]; pool: the F32 KV pool laid out by `layout` (engine/kv_layout.hpp); position p's
 /// K (V) row is at layout.offset_at(layer, table, p, 0 (1)), and this head's hd floats start
 /// `head_off` floats into it; table: the sequence's block table, covering n_kv positions;
-/// out: [hd]; scratch: at least n_kv - first floats.
+/// out: [hd]; scratch: at least n_kv - first floats. An attention sink (gpt-oss: one learnt
+/// logit per head, not scaled) joins the softmax's denominator only: `has_sink` adds
+/// e^(sink - max) to it, the max taken over the scores and the sink.
 void attend_paged(const float* q, const float* pool, const engine::KvLayout& layout, int64_t layer,
                   std::span<const int32_t> table, int64_t head_off, int64_t first, int64_t n_kv, int64_t hd,
-                  float scale, float softcap, float* out, float* scratch);
+                  float scale, float softcap, float* out, float* scratch, bool has_sink = false, float sink = 0.0f);
 
 }  // namespace loom::cpu

@@ -12,9 +12,9 @@ struct Entry {
 };
 
 constexpr Entry kArchitectures[] = {
-    {"llama", make_llama},  {"mistral", make_llama},  {"qwen2", make_llama},
-    {"qwen3", make_llama},  {"qwen2moe", make_llama}, {"qwen3moe", make_llama},
-    {"gemma2", make_gemma}, {"gemma3", make_gemma},   {"phi3", make_phi3},
+    {"llama", make_llama},    {"mistral", make_llama},   {"qwen2", make_llama},  {"qwen3", make_llama},
+    {"qwen2moe", make_llama}, {"qwen3moe", make_llama},  {"gemma2", make_gemma}, {"gemma3", make_gemma},
+    {"phi3", make_phi3},      {"gpt-oss", make_gpt_oss},
 };
 
 }  // namespace
