@@ -81,7 +81,7 @@ TEST_CASE("an unsupported architecture is refused by name") {
     const std::string msg = load_error(dir.path + "/m.gguf");
     CHECK(msg ==
           "unsupported architecture 'falcon' (supported: llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, "
-          "gemma3, phi3)");
+          "gemma3, phi3, gpt-oss)");
 }
 
 TEST_CASE("RoPE scaling other than none/linear/yarn is refused, naming the type") {
