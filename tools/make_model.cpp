@@ -1,5 +1,5 @@
-// loom-make-model: writes a random-weight GGUF of a llama-family, Gemma 2/3 or Phi-3 shape
-// and any tensor type.
+// loom-make-model: writes a random-weight GGUF of a llama-family, Gemma 2/3, Phi-3 or
+// mixture-of-experts (Mixtral-style llama, qwen2moe, qwen3moe, gpt-oss) shape and any tensor type.
 //
 // The file follows llama.cpp's tensor layout and GGUF keys (GGUF spec, ggml/docs/gguf.md;
 // tensor names of llama.cpp's LLM_ARCH_LLAMA / QWEN2 / QWEN3 / GEMMA2 / GEMMA3 / PHI3):
@@ -14,6 +14,15 @@
 //   (heads + 2 kv_heads) hd] for attn_q/k/v, ffn_up [dim, 2 ffn] (gate, then up) and no
 //   ffn_gate, and LongRoPE: rope_factors_short/long.weight [hd/2] (1 + N(0, 0.2^2)),
 //   rope.scaling.original_context_length ctx / 4 and attn_factor sqrt(1 + ln 4 / ln(ctx / 4)).
+// Mixtures (--experts N, with --experts-used K; qwen2moe, qwen3moe and gpt-oss default to 8 and
+// 2): ffn_gate_inp [dim, N] (the router, F32, N(0, (3/sqrt(dim))^2) so that routing is far from
+// uniform) and ffn_gate_exps / ffn_up_exps [dim, ffn, N], ffn_down_exps [ffn, dim, N] replace
+// ffn_gate/up/down, with keys expert_count, expert_used_count and
+// expert_feed_forward_length (= --ffn); qwen2moe adds the shared expert ffn_gate/up/down_shexp
+// and its gate ffn_gate_inp_shexp [dim] (expert_shared_feed_forward_length = --ffn); gpt-oss
+// has q/k/v/output biases, attn_sinks [heads], post_attention_norm in place of ffn_norm, the
+// router's bias [N] and the experts' biases [ffn, N] / [dim, N], and a window of 128 on its
+// even layers unless --sliding-window.
 // --sliding-window N and --rope-scaling linear|yarn (with --rope-factor, --rope-orig-ctx)
 // write `<arch>.attention.sliding_window` and `<arch>.rope.scaling.*` for any architecture.
 // Values: norm weights 1 + N(0, 0.02^2) in F32; matrices and biases N(0, 0.02^2); the
@@ -67,7 +76,7 @@ struct Options {
     std::string out, arch = "llama", type = "f16", preset = "tiny", chat_template;
     int layers = 0, dim = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, threads = 0;
     double rope_base = 0, rope_factor = 0;
-    int sliding_window = 0, rope_orig_ctx = 0;
+    int sliding_window = 0, rope_orig_ctx = 0, experts = 0, experts_used = 0;
     std::string rope_scaling;
     bool tied = false, help = false;
     uint64_t seed = 1;
@@ -77,13 +86,16 @@ struct Options {
 void usage(std::FILE* out) {
     std::fprintf(out,
                  "usage: loom-make-model --out PATH [options]\n"
-                 "Writes a random-weight GGUF of a llama-family, Gemma or Phi-3 shape (llama.cpp's tensor names\n"
-                 "and keys).\n\n"
+                 "Writes a random-weight GGUF of a llama-family, Gemma, Phi-3 or mixture-of-experts shape\n"
+                 "(llama.cpp's tensor names and keys).\n\n"
                  "  --out PATH          the GGUF file to write (required)\n"
                  "  --preset NAME       tiny (default: 2 layers, dim 256, vocab 512, ctx 1024),\n"
                  "                      llama3-8b, llama3-1b (their shapes; the flags below override)\n"
                  "  --arch NAME         llama (default), mistral, qwen2 (q/k/v biases), qwen3 (q/k norms),\n"
-                 "                      gemma2, gemma3 (tied; window 4096), phi3 (fused QKV, gate/up; LongRoPE)\n"
+                 "                      gemma2, gemma3 (tied; window 4096), phi3 (fused QKV, gate/up; LongRoPE),\n"
+                 "                      qwen2moe (shared expert), qwen3moe, gpt-oss (sinks, window 128, biases)\n"
+                 "  --experts N         a mixture of N experts (llama, mistral: Mixtral-style; the MoE\n"
+                 "                      architectures default to 8), --experts-used K of them per token (2)\n"
                  "  --layers N --dim N --heads N --kv-heads N --ffn N --vocab N (>= 260) --ctx N\n"
                  "  --rope-base X       RoPE frequency base\n"
                  "  --sliding-window N  declare attention.sliding_window N (gemma: its local layers)\n"
@@ -92,7 +104,7 @@ void usage(std::FILE* out) {
                  "  --tied              no output.weight: the output projection is token_embd\n"
                  "  --type T            f32|f16 (default)|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|\n"
                  "                      q6_k|iq4_nl|iq4_xs|iq1_s|iq1_m|iq2_xxs|iq2_xs|iq2_s|iq3_xxs|iq3_s|\n"
-                 "                      q4_k_m (every matrix; q4_k_m: llama.cpp's mixture; the IQ1/IQ2/IQ3\n"
+                 "                      mxfp4|q4_k_m (every matrix; q4_k_m: llama.cpp's mixture; the IQ1/IQ2/IQ3\n"
                  "                      types by a simple quantizer: about 0.5 s of CPU time per million weights)\n"
                  "  --chat-template F   embed the Jinja file F as tokenizer.chat_template\n"
                  "  --seed N            weights seed (default 1); the file depends only on it and the shape\n"
@@ -147,7 +159,7 @@ Options parse(int argc, char** argv) {
     num("--layers", o.layers), num("--dim", o.dim), num("--heads", o.heads), num("--kv-heads", o.kv_heads);
     num("--ffn", o.ffn), num("--vocab", o.vocab), num("--ctx", o.ctx), num("--rope-base", o.rope_base);
     num("--threads", o.threads), num("--sliding-window", o.sliding_window), num("--rope-factor", o.rope_factor);
-    num("--rope-orig-ctx", o.rope_orig_ctx);
+    num("--rope-orig-ctx", o.rope_orig_ctx), num("--experts", o.experts), num("--experts-used", o.experts_used);
     if (auto it = flags.find("--seed"); it != flags.end()) {
         char* end = nullptr;
         o.seed = std::strtoull(it->second.c_str(), &end, 10);
@@ -166,13 +178,21 @@ Options parse(int argc, char** argv) {
         }
     if (!flags.empty()) throw std::invalid_argument("unknown flag " + flags.begin()->first);
     if (o.out.empty()) throw std::invalid_argument("--out is required");
-    static const char* const kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    static const char* const kArchs[] = {"llama",  "mistral", "qwen2",    "qwen3",    "gemma2",
+                                         "gemma3", "phi3",    "qwen2moe", "qwen3moe", "gpt-oss"};
     if (std::none_of(std::begin(kArchs), std::end(kArchs), [&](const char* a) { return o.arch == a; }))
         throw std::invalid_argument("unknown --arch " + o.arch);
     if (o.arch.rfind("gemma", 0) == 0) {
         o.tied = true;
         if (o.sliding_window == 0) o.sliding_window = 4096;
     }
+    const bool moe_arch = o.arch == "qwen2moe" || o.arch == "qwen3moe" || o.arch == "gpt-oss";
+    if (moe_arch && o.experts == 0) o.experts = 8;
+    if (o.experts > 0 && o.experts_used == 0) o.experts_used = std::min(2, o.experts);
+    if (o.experts > 0 && o.arch != "llama" && o.arch != "mistral" && !moe_arch)
+        throw std::invalid_argument("--experts takes --arch llama, mistral, qwen2moe, qwen3moe or gpt-oss");
+    if (o.experts_used > o.experts) throw std::invalid_argument("--experts-used must be at most --experts");
+    if (o.arch == "gpt-oss" && o.sliding_window == 0) o.sliding_window = 128;
     if (!o.rope_scaling.empty() && o.rope_scaling != "linear" && o.rope_scaling != "yarn")
         throw std::invalid_argument("--rope-scaling is linear or yarn");
     if (!o.rope_scaling.empty() && !(o.rope_factor > 1))
@@ -207,7 +227,7 @@ TypeChoice choose_type(const std::string& t) {
         {"iq2_xs", {GgmlType::IQ2_XS, 20}},    {"iq3_xxs", {GgmlType::IQ3_XXS, 23}},
         {"iq1_s", {GgmlType::IQ1_S, 24}},      {"iq3_s", {GgmlType::IQ3_S, 26}},
         {"iq2_s", {GgmlType::IQ2_S, 28}},      {"iq1_m", {GgmlType::IQ1_M, 31}},
-        {"q4_k_m", {GgmlType::Q4_K, 15, true}}};
+        {"mxfp4", {GgmlType::MXFP4, 38}},      {"q4_k_m", {GgmlType::Q4_K, 15, true}}};
     auto it = table.find(t);
     if (it == table.end()) throw std::invalid_argument("unknown --type " + t);
     return it->second;
@@ -253,6 +273,28 @@ struct TensorPlan {
     float std;
 };
 
+// A mixture's FFN tensors for the layer prefix b (the header comment lists them).
+void plan_experts(const Options& o, const TypeChoice& tc, const std::string& b, std::vector<TensorPlan>& t) {
+    const uint64_t dim = o.dim, ff = o.ffn, n = o.experts;
+    const float router_std = 3.0f / std::sqrt(static_cast<float>(o.dim));
+    t.push_back({b + "ffn_gate_inp.weight", {dim, n}, GgmlType::F32, Init::Normal, router_std});
+    for (const char* name : {"ffn_gate_exps.weight", "ffn_up_exps.weight"})
+        t.push_back({b + name, {dim, ff, n}, fit_type(tc.matrix, dim), Init::Normal, 0.02f});
+    t.push_back({b + "ffn_down_exps.weight", {ff, dim, n}, fit_type(tc.matrix, ff), Init::Normal, 0.02f});
+    if (o.arch == "gpt-oss") {
+        t.push_back({b + "ffn_gate_inp.bias", {n}, GgmlType::F32, Init::Normal, 0.5f});
+        t.push_back({b + "ffn_gate_exps.bias", {ff, n}, GgmlType::F32, Init::Normal, 0.02f});
+        t.push_back({b + "ffn_up_exps.bias", {ff, n}, GgmlType::F32, Init::Normal, 0.02f});
+        t.push_back({b + "ffn_down_exps.bias", {dim, n}, GgmlType::F32, Init::Normal, 0.02f});
+    }
+    if (o.arch == "qwen2moe") {
+        t.push_back({b + "ffn_gate_inp_shexp.weight", {dim}, GgmlType::F32, Init::Normal, router_std});
+        for (const char* name : {"ffn_gate_shexp.weight", "ffn_up_shexp.weight"})
+            t.push_back({b + name, {dim, ff}, fit_type(tc.matrix, dim), Init::Normal, 0.02f});
+        t.push_back({b + "ffn_down_shexp.weight", {ff, dim}, fit_type(tc.matrix, ff), Init::Normal, 0.02f});
+    }
+}
+
 std::vector<TensorPlan> plan_tensors(const Options& o, const TypeChoice& tc) {
     const uint64_t dim = o.dim, hd = o.dim / o.heads, q = o.heads * hd, kv = o.kv_heads * hd;
     const float out_std = 3.0f / std::sqrt(static_cast<float>(o.dim));
@@ -269,7 +311,7 @@ std::vector<TensorPlan> plan_tensors(const Options& o, const TypeChoice& tc) {
     for (int l = 0; l < o.layers; ++l) {
         const std::string b = "blk." + std::to_string(l) + ".";
         const bool more = tc.k_m && more_bits(l, o.layers);
-        const bool gemma = o.arch.rfind("gemma", 0) == 0, phi3 = o.arch == "phi3";
+        const bool gemma = o.arch.rfind("gemma", 0) == 0, phi3 = o.arch == "phi3", oss = o.arch == "gpt-oss";
         t.push_back({b + "attn_norm.weight", {dim}, GgmlType::F32, Init::Norm, 0.02f});
         if (phi3) {
             matrix(b + "attn_qkv.weight", dim, q + 2 * kv, more);
@@ -278,18 +320,26 @@ std::vector<TensorPlan> plan_tensors(const Options& o, const TypeChoice& tc) {
             matrix(b + "attn_k.weight", dim, kv, false);
             matrix(b + "attn_v.weight", dim, kv, more);
         }
-        if (o.arch == "qwen2") {
+        if (o.arch == "qwen2" || o.arch == "qwen2moe" || o.arch == "gpt-oss") {
             t.push_back({b + "attn_q.bias", {q}, GgmlType::F32, Init::Normal, 0.02f});
             t.push_back({b + "attn_k.bias", {kv}, GgmlType::F32, Init::Normal, 0.02f});
             t.push_back({b + "attn_v.bias", {kv}, GgmlType::F32, Init::Normal, 0.02f});
         }
-        if (o.arch == "qwen3" || o.arch == "gemma3") {
+        if (o.arch == "qwen3" || o.arch == "qwen3moe" || o.arch == "gemma3") {
             t.push_back({b + "attn_q_norm.weight", {hd}, GgmlType::F32, Init::Norm, 0.02f});
             t.push_back({b + "attn_k_norm.weight", {hd}, GgmlType::F32, Init::Norm, 0.02f});
         }
         matrix(b + "attn_output.weight", q, dim, false);
-        if (gemma) t.push_back({b + "post_attention_norm.weight", {dim}, GgmlType::F32, Init::Norm, 0.02f});
-        t.push_back({b + "ffn_norm.weight", {dim}, GgmlType::F32, Init::Norm, 0.02f});
+        if (oss) {
+            t.push_back({b + "attn_output.bias", {dim}, GgmlType::F32, Init::Normal, 0.02f});
+            t.push_back({b + "attn_sinks.weight", {uint64_t(o.heads)}, GgmlType::F32, Init::Normal, 1.0f});
+        }
+        if (gemma || oss) t.push_back({b + "post_attention_norm.weight", {dim}, GgmlType::F32, Init::Norm, 0.02f});
+        if (!oss) t.push_back({b + "ffn_norm.weight", {dim}, GgmlType::F32, Init::Norm, 0.02f});
+        if (o.experts > 0) {
+            plan_experts(o, tc, b, t);
+            continue;
+        }
         if (!phi3) matrix(b + "ffn_gate.weight", dim, o.ffn, false);
         matrix(b + "ffn_up.weight", dim, phi3 ? 2 * uint64_t(o.ffn) : uint64_t(o.ffn), false);
         matrix(b + "ffn_down.weight", o.ffn, dim, more);
@@ -459,6 +509,12 @@ int main(int argc, char** argv) {
               a.rfind("qwen", 0) == 0 || a.rfind("gemma", 0) == 0 ? 1e-6f : 1e-5f);
     w.add_u32(a + ".vocab_size", o.vocab);
     if (o.sliding_window > 0) w.add_u32(a + ".attention.sliding_window", o.sliding_window);
+    if (o.experts > 0) {
+        w.add_u32(a + ".expert_count", static_cast<uint32_t>(o.experts));
+        w.add_u32(a + ".expert_used_count", static_cast<uint32_t>(o.experts_used));
+        w.add_u32(a + ".expert_feed_forward_length", o.ffn);
+        if (a == "qwen2moe") w.add_u32(a + ".expert_shared_feed_forward_length", o.ffn);
+    }
     if (!o.rope_scaling.empty()) {
         w.add_string(a + ".rope.scaling.type", o.rope_scaling);
         w.add_f32(a + ".rope.scaling.factor", static_cast<float>(o.rope_factor));
@@ -487,7 +543,9 @@ int main(int argc, char** argv) {
     std::vector<Work> work;
     int64_t max_row = 0;
     for (size_t i = 0; i < plan.size(); ++i) {
-        const uint64_t row = plan[i].dims[0], rows = plan[i].dims.size() > 1 ? plan[i].dims[1] : 1;
+        uint64_t rows = 1;  // every row after the first dim (a mixture's experts are 3-D)
+        for (size_t k = 1; k < plan[i].dims.size(); ++k) rows *= plan[i].dims[k];
+        const uint64_t row = plan[i].dims[0];
         const uint64_t rb = loom::model::row_bytes(static_cast<uint32_t>(plan[i].type), static_cast<int64_t>(row));
         const uint64_t step = std::max<uint64_t>(1, (8u << 20) / rb);
         for (uint64_t r = 0; r < rows; r += step) work.push_back({i, r, std::min(rows, r + step)});

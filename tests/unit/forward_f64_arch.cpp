@@ -8,7 +8,9 @@
 // and the top 20 within 3e-5 of the float64 pass (forward_f64.cpp explains the bound for
 // generated models). loom-make-model's small weights leave attention nearly uniform, so the
 // window and YaRN are also checked on models_arch.hpp's files, where they change the float64
-// logprobs by more than 1e-2 (so the comparison can see them).
+// logprobs by more than 1e-2 (so the comparison can see them). The mixtures of experts (qwen3moe,
+// qwen2moe with its shared expert, Mixtral-style llama, gpt-oss in F32 and MXFP4, 8 to 16
+// experts) are checked the same way.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -92,6 +94,21 @@ TEST_CASE("loom-make-model's gemma2, gemma3, phi3, windowed and YaRN files equal
         const std::string p = dir.path + "/m.gguf";
         make(p, flags);
         const double d = engine_vs_f64(p, n_ctx);
+        INFO("largest |logprob - float64| = " << d);
+        CHECK(d < kTol);
+    }
+}
+
+TEST_CASE("loom-make-model's mixtures of experts (8 or more) equal the float64 pass") {
+    loom::test::TempDir dir;
+    for (const char* flags : {"--arch qwen3moe", "--arch qwen2moe --experts 8 --experts-used 3",
+                              "--arch llama --experts 10 --experts-used 2", "--arch gpt-oss --sliding-window 4",
+                              "--arch gpt-oss --sliding-window 4 --type mxfp4 --seed 12",
+                              "--arch qwen3moe --type q8_0 --experts 16 --experts-used 4"}) {
+        INFO(flags);
+        const std::string p = dir.path + "/m.gguf";
+        make(p, flags);
+        const double d = engine_vs_f64(p, 0);
         INFO("largest |logprob - float64| = " << d);
         CHECK(d < kTol);
     }

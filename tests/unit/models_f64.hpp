@@ -12,7 +12,15 @@
 // output.weight); and gemma2/gemma3 (embeddings times sqrt(dim), norms after attention and
 // FFN, GeGLU with GELU's tanh form (Gemma's gelu_pytorch_tanh), soft-capped attention scores and logits, local window
 // layers and global layers alternating, gemma3's local layers with their own unscaled RoPE
-// base) and phi3 (fused QKV and gate/up, LongRoPE factors and attention factor).
+// base) and phi3 (fused QKV and gate/up, LongRoPE factors and attention factor); and the
+// mixtures of experts: a llama file with expert_count (Mixtral: softmax over all experts, the
+// top k, their weights divided by their sum), qwen3moe (the same, with qwen3's q/k norms),
+// qwen2moe (the top k's softmax weights as they are, plus the shared expert times
+// sigmoid(w . x)), gpt-oss (softmax over the top k router logits, with the router's bias;
+// experts with biases and the activation min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7)
+// + 1); attention sinks in the softmax's denominator, unscaled; q/k/v/output biases;
+// post_attention_norm as the FFN's input norm; window on the even layers). Expert e of a
+// [cols, rows, n] tensor is its e-th [cols, rows] slice (GGUF dims).
 //
 // YaRN (Peng et al. 2023): pair i's angle mixes the interpolated (position / factor) and
 // the original angle with weight r_i = 1 - clamp((i - lo) / (hi - lo), 0, 1), where lo and
@@ -23,7 +31,8 @@
 // when the served context exceeds rope.scaling.original_context_length (the constructor's
 // n_ctx; 0: context_length), the short ones otherwise.
 //
-// Sources: Llama (Touvron et al. 2023), RMSNorm (Zhang & Sennrich 2019), RoFormer
+// Sources: Mixtral of Experts (Jiang et al. 2024), the Qwen2-MoE/Qwen3 reports, the gpt-oss
+// model card (OpenAI 2025), Llama (Touvron et al. 2023), RMSNorm (Zhang & Sennrich 2019), RoFormer
 // (Su et al. 2021), GQA (Ainslie et al. 2023), SwiGLU (Shazeer 2020), Qwen2/Qwen3
 // technical reports, GGUF spec (ggml/docs/gguf.md) for the key and tensor names.
 //
@@ -82,7 +91,11 @@ public:
         mscale_ = f.get_float(a + "rope.scaling.attn_factor", 1.0) * (yarn_ ? 1.0 + 0.1 * std::log(factor) : 1.0);
         window_ = static_cast<int>(f.get_int(a + "attention.sliding_window", 0));
         gemma_ = arch_ == "gemma2" || arch_ == "gemma3";
-        neox_ = arch_ == "qwen2" || arch_ == "qwen3" || gemma_ || arch_ == "phi3";
+        oss_ = arch_ == "gpt-oss";
+        neox_ = arch_ == "qwen2" || arch_ == "qwen3" || gemma_ || arch_ == "phi3" || arch_ == "qwen2moe" ||
+                arch_ == "qwen3moe" || oss_;
+        n_expert_ = static_cast<int>(f.get_int(a + "expert_count", 0));
+        n_used_ = static_cast<int>(f.get_int(a + "expert_used_count", 0));
         if (arch_ == "gemma2") {
             attn_cap_ = f.get_float(a + "attn_logit_softcapping", 50.0);
             final_cap_ = f.get_float(a + "final_logit_softcapping", 30.0);
@@ -252,7 +265,8 @@ private:
     // Attention of head h's query over positions 0..p, into out[h*hd ...].
     // Attention over positions first..p (first > 0: a sliding window).
     void attend(const std::vector<double>& q, const std::vector<std::vector<double>>& K,
-                const std::vector<std::vector<double>>& V, int h, std::vector<double>& out, size_t first = 0) const {
+                const std::vector<std::vector<double>>& V, int h, std::vector<double>& out, size_t first = 0,
+                const double* sink = nullptr) const {
         const int kh = h / (H_ / KV_);
         const size_t qo = static_cast<size_t>(h) * static_cast<size_t>(hd_), ko = static_cast<size_t>(kh * hd_);
         const double scale = 1.0 / std::sqrt(static_cast<double>(hd_));
@@ -264,8 +278,8 @@ private:
             if (attn_cap_ > 0) sc[j] = attn_cap_ * std::tanh(sc[j] / attn_cap_);
         }
         if (!r_.f16_attention) {
-            const double mx = *std::max_element(sc.begin(), sc.end());
-            double z = 0;
+            const double mx = std::max(*std::max_element(sc.begin(), sc.end()), sink ? *sink : -INFINITY);
+            double z = sink ? std::exp(*sink - mx) : 0.0;  // a sink: one more logit, with no value
             for (double& s : sc) z += (s = std::exp(s - mx));
             for (size_t j = 0; j < K.size(); ++j)
                 for (int e = 0; e < hd_; ++e)
@@ -313,7 +327,7 @@ private:
         head_norm(q, b + "attn_q_norm.weight");
         head_norm(k, b + "attn_k_norm.weight");
         // Gemma alternates local (windowed) and global layers; the others window every layer.
-        const bool local = arch_ == "gemma2" ? l % 2 == 0 : arch_ == "gemma3" ? l % 6 != 5 : true;
+        const bool local = arch_ == "gemma2" || oss_ ? l % 2 == 0 : arch_ == "gemma3" ? l % 6 != 5 : true;
         rope(q, p, local && arch_ == "gemma3");
         rope(k, p, local && arch_ == "gemma3");
         if (r_.f16_attention) {
@@ -325,11 +339,18 @@ private:
         V.push_back(v);
         const size_t first = local && window_ > 0 && p + 1 > static_cast<size_t>(window_) ? p + 1 - window_ : 0;
         std::vector<double> att(q.size(), 0.0);
-        for (int h = 0; h < H_; ++h) attend(q, K, V, h, att, first);
+        for (int h = 0; h < H_; ++h)
+            attend(q, K, V, h, att, first, oss_ ? &w(b + "attn_sinks.weight")[static_cast<size_t>(h)] : nullptr);
         auto o = mv(b + "attn_output.weight", att);
-        if (has(b + "post_attention_norm.weight")) o = rms(o, w(b + "post_attention_norm.weight"));
+        add_bias(o, b + "attn_output.bias");
+        if (has(b + "post_attention_norm.weight") && !oss_) o = rms(o, w(b + "post_attention_norm.weight"));
         for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
-        xb = rms(x, w(b + "ffn_norm.weight"));
+        xb = rms(x, w(b + (oss_ ? "post_attention_norm.weight" : "ffn_norm.weight")));
+        if (n_expert_ > 0) {
+            const auto y = moe(b, xb);
+            for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+            return;
+        }
         std::vector<double> g, u;
         if (has(b + "ffn_gate.weight")) {
             g = mv(b + "ffn_gate.weight", xb), u = mv(b + "ffn_up.weight", xb);
@@ -347,14 +368,81 @@ private:
         for (size_t i = 0; i < x.size(); ++i) x[i] += dn[i];
     }
 
+    // Part e of n equal parts of tensor `name` (as doubles) times x: expert e's matrix.
+    std::vector<double> mv_part(const std::string& name, int e, int n, const std::vector<double>& x) {
+        const auto& W = w(name);
+        const size_t cols = x.size(), rows = W.size() / cols / static_cast<size_t>(n);
+        std::vector<double> y(rows, 0.0);
+        for (size_t r = 0; r < rows; ++r)
+            for (size_t c = 0; c < cols; ++c) y[r] += W[(static_cast<size_t>(e) * rows + r) * cols + c] * x[c];
+        return y;
+    }
+
+    // Adds part e of n of the bias `name` to v, when the file has it.
+    void add_bias_part(std::vector<double>& v, const std::string& name, int e, int n) {
+        if (!has(name)) return;
+        const auto& bias = w(name);
+        const size_t len = bias.size() / static_cast<size_t>(n);
+        for (size_t i = 0; i < v.size(); ++i) v[i] += bias[static_cast<size_t>(e) * len + i];
+    }
+
+    // One gated FFN: tensors gate/up/down named by `g`, `u`, `dn` (+ "." kind), part e of n.
+    std::vector<double> expert(const std::string& g, const std::string& u, const std::string& dn, int e, int n,
+                               const std::vector<double>& x) {
+        auto a = mv_part(g + ".weight", e, n, x), c = mv_part(u + ".weight", e, n, x);
+        add_bias_part(a, g + ".bias", e, n);
+        add_bias_part(c, u + ".bias", e, n);
+        for (size_t i = 0; i < a.size(); ++i) {
+            if (oss_) {
+                const double gg = std::min(a[i], 7.0), uu = std::clamp(c[i], -7.0, 7.0);
+                a[i] = gg / (1 + std::exp(-1.702 * gg)) * (uu + 1);
+            } else {
+                a[i] = a[i] / (1 + std::exp(-a[i])) * c[i];
+            }
+        }
+        auto y = mv_part(dn + ".weight", e, n, a);
+        add_bias_part(y, dn + ".bias", e, n);
+        return y;
+    }
+
+    // The mixture: route xb, sum the chosen experts' outputs by their weights (+ shared expert).
+    std::vector<double> moe(const std::string& b, const std::vector<double>& xb) {
+        auto logits = mv(b + "ffn_gate_inp.weight", xb);
+        add_bias(logits, b + "ffn_gate_inp.bias");
+        std::vector<int> ids(logits.size());
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
+        std::stable_sort(ids.begin(), ids.end(),
+                         [&](int p, int q) { return logits[static_cast<size_t>(p)] > logits[static_cast<size_t>(q)]; });
+        const double mx = logits[static_cast<size_t>(ids[0])];
+        double all = 0, top = 0;
+        for (double v : logits) all += std::exp(v - mx);
+        for (int j = 0; j < n_used_; ++j)
+            top += std::exp(logits[static_cast<size_t>(ids[static_cast<size_t>(j)])] - mx);
+        // qwen2moe keeps the softmax over all experts; the others normalise over the top k.
+        const double z = arch_ == "qwen2moe" ? all : top;
+        std::vector<double> y(xb.size(), 0.0);
+        for (int j = 0; j < n_used_; ++j) {
+            const int e = ids[static_cast<size_t>(j)];
+            const double wt = std::exp(logits[static_cast<size_t>(e)] - mx) / z;
+            const auto o = expert(b + "ffn_gate_exps", b + "ffn_up_exps", b + "ffn_down_exps", e, n_expert_, xb);
+            for (size_t i = 0; i < y.size(); ++i) y[i] += wt * o[i];
+        }
+        if (has(b + "ffn_gate_inp_shexp.weight")) {
+            const double gl = mv(b + "ffn_gate_inp_shexp.weight", xb)[0];
+            const auto o = expert(b + "ffn_gate_shexp", b + "ffn_up_shexp", b + "ffn_down_shexp", 0, 1, xb);
+            for (size_t i = 0; i < y.size(); ++i) y[i] += o[i] / (1 + std::exp(-gl));
+        }
+        return y;
+    }
+
     const model::GgufFile& f_;
     RefRounding r_;
     std::string arch_, out_name_;
     int L_ = 0, d_ = 0, H_ = 0, KV_ = 0, hd_ = 0, rope_dim_ = 0, n_vocab_ = 0;
     double base_ = 10000, eps_ = 1e-5, pos_div_ = 1;
     double orig_ctx_ = 0, beta_fast_ = 32, beta_slow_ = 1, mscale_ = 1, attn_cap_ = 0, final_cap_ = 0, base_local_ = 0;
-    int window_ = 0;
-    bool neox_ = false, yarn_ = false, gemma_ = false;
+    int window_ = 0, n_expert_ = 0, n_used_ = 0;
+    bool neox_ = false, yarn_ = false, gemma_ = false, oss_ = false;
     std::vector<double> freqs_;
     std::map<std::string, std::vector<double>> cache_;
 };
