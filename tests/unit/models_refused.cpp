@@ -175,3 +175,17 @@ TEST_CASE("a file that is not GGUF is refused with the GGUF reader's message") {
     CHECK(msg.find("bad magic") != std::string::npos);
     CHECK(msg.find("(at offset 0)") != std::string::npos);
 }
+
+TEST_CASE("a mixture's expert counts and tensors are checked, naming the key or tensor") {
+    loom::test::TempDir dir;
+    auto experts = [&](uint32_t n, uint32_t used) {
+        return rewrite(dir, {}, kKeepAll, [n, used](loom::model::GgufWriter& w) {
+            w.add_u32("llama.expert_count", n);
+            if (used > 0) w.add_u32("llama.expert_used_count", used);
+        });
+    };
+    CHECK(load_error(experts(4, 5)) == "llama.expert_used_count 5 exceeds expert_count 4");
+    CHECK(load_error(experts(4, 0)) == "the GGUF lacks the hyperparameter llama.expert_used_count");
+    // A llama file that declares experts is a mixture: its dense FFN tensors do not stand in.
+    CHECK(load_error(experts(4, 2)) == "the model has no tensor 'blk.0.ffn_gate_inp.weight'");
+}

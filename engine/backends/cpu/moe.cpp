@@ -87,14 +87,13 @@ void MoeFfn::run(Compute& c, const ExpertLayer& L, const RouteSpec& spec, float*
             std::copy_n(ye_.data() + r * d, d, slots_.data() + rows_[static_cast<size_t>(r)] * d);
     }
     // The shared expert (Qwen2-MoE) on a copy of the input, with its gate's logits.
-    std::vector<float> gate_logit;
     if (L.shared_gate) {
         sh_.assign(xb, xb + T * d);
-        gate_logit.resize(static_cast<size_t>(T));
+        gate_logit_.resize(static_cast<size_t>(T));
         for (int64_t t = 0; t < T; ++t) {
             float s = 0;
             for (int64_t i = 0; i < d; ++i) s += (*L.shared_gate_inp)[static_cast<size_t>(i)] * xb[t * d + i];
-            gate_logit[static_cast<size_t>(t)] = s;
+            gate_logit_[static_cast<size_t>(t)] = s;
         }
         gated_ffn(c, *L.shared_gate, *L.shared_up, *L.shared_down, Gate::SiLU, sh_.data(), T, g_, u_);
     }
@@ -108,7 +107,7 @@ void MoeFfn::run(Compute& c, const ExpertLayer& L, const RouteSpec& spec, float*
             for (int64_t i = 0; i < d; ++i) y[i] += w * o[i];
         }
         if (L.shared_gate) {
-            const float g = 1.0f / (1.0f + std::exp(-gate_logit[static_cast<size_t>(t)]));
+            const float g = 1.0f / (1.0f + std::exp(-gate_logit_[static_cast<size_t>(t)]));
             for (int64_t i = 0; i < d; ++i) y[i] += g * sh_[static_cast<size_t>(t * d + i)];
         }
     }

@@ -77,7 +77,7 @@ public:
     const std::vector<float>& weights() const { return w_; }
 
 private:
-    std::vector<float> logits_, w_, xe_, ye_, g_, u_, slots_, sh_;
+    std::vector<float> logits_, w_, xe_, ye_, g_, u_, slots_, sh_, gate_logit_;
     std::vector<int32_t> ids_;
     std::vector<int64_t> rows_;
 };
