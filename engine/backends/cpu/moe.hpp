@@ -6,9 +6,10 @@
 // Routing is per token and does not depend on the batch (batch invariance, cpu_backend.hpp):
 // a step groups its tokens by expert and runs one batched product per expert over its tokens
 // (Compute::matmul gives every row the bits it gives that row alone), then sums each token's
-// expert outputs in its own slot order. Top-k ties go to the lower expert id, as ggml's CPU
-// argsort (which llama.cpp's top-k uses: it swaps only on a strictly larger score, from the
-// identity order) and torch.topk on the CPU order them.
+// expert outputs in its own slot order. Top-k ties go to the lower expert id: what ggml's CPU
+// argsort gives (it swaps only on a strictly larger score, from the identity order; llama.cpp's
+// top-k of experts is that argsort), and a rule that depends on nothing but the scores (exact
+// ties are rare in practice; the shared references have router margins of 2e-3 or more).
 //
 // Sources: "Mixtral of Experts" (Jiang et al. 2024): softmax over the router logits, top 2,
 // renormalised; the Qwen2-MoE and Qwen3 technical reports (Qwen3-MoE renormalises the top-k
