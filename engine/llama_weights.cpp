@@ -37,10 +37,7 @@ LlamaWeights LlamaWeights::bind(const GgufFile& f, const MatrixTypes& types) {
         const std::string p = "blk." + std::to_string(l) + ".";
         LayerWeights L;
         L.attn_norm = bind_vector(need_tensor(f, p + "attn_norm.weight"), d);
-        L.wq = bind_matrix(need_tensor(f, p + "attn_q.weight"), d, nq, types);
-        L.wk = bind_matrix(need_tensor(f, p + "attn_k.weight"), d, nkv, types);
-        L.wv = bind_matrix(need_tensor(f, p + "attn_v.weight"), d, nkv, types);
-        L.wo = bind_matrix(need_tensor(f, p + "attn_output.weight"), nq, d, types);
+        bind_attention(f, p, hp, types, L.wq, L.wk, L.wv, L.wo);
         L.bq = bind_optional_vector(f, p + "attn_q.bias", nq);
         L.bk = bind_optional_vector(f, p + "attn_k.bias", nkv);
         L.bv = bind_optional_vector(f, p + "attn_v.bias", nkv);

@@ -98,6 +98,15 @@ std::vector<float> bind_optional_vector(const model::GgufFile& f, const std::str
     return t ? bind_vector(*t, n) : std::vector<float>{};
 }
 
+void bind_attention(const model::GgufFile& f, const std::string& prefix, const model::HParams& hp,
+                    const MatrixTypes& types, Matrix& wq, Matrix& wk, Matrix& wv, Matrix& wo) {
+    const int64_t d = hp.n_embd, nq = int64_t{hp.n_head} * hp.head_dim, nkv = int64_t{hp.n_head_kv} * hp.head_dim;
+    wq = bind_matrix(need_tensor(f, prefix + "attn_q.weight"), d, nq, types);
+    wk = bind_matrix(need_tensor(f, prefix + "attn_k.weight"), d, nkv, types);
+    wv = bind_matrix(need_tensor(f, prefix + "attn_v.weight"), d, nkv, types);
+    wo = bind_matrix(need_tensor(f, prefix + "attn_output.weight"), nq, d, types);
+}
+
 Matrix bind_embeddings(const model::GgufFile& f, const model::HParams& hp, const MatrixTypes& types) {
     Matrix m = bind_matrix(need_tensor(f, "token_embd.weight"), hp.n_embd, hp.n_vocab, types);
     if (!model::can_dequantize(m.type))

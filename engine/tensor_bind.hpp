@@ -56,6 +56,12 @@ std::vector<float> bind_vector(const model::GgufTensor& t, int64_t n);
 /// bind_vector of the tensor `name`, or an empty vector when `f` has no such tensor.
 std::vector<float> bind_optional_vector(const model::GgufFile& f, const std::string& name, int64_t n);
 
+/// The attention projections of the layer whose tensors start with `prefix` ("blk.N."):
+/// wq = attn_q [n_head*hd x n_embd], wk, wv = attn_k, attn_v [n_head_kv*hd x n_embd], wo =
+/// attn_output [n_embd x n_head*hd] (hd = hp.head_dim). Throws like need_tensor and bind_matrix.
+void bind_attention(const model::GgufFile& f, const std::string& prefix, const model::HParams& hp,
+                    const MatrixTypes& types, Matrix& wq, Matrix& wk, Matrix& wv, Matrix& wo);
+
 /// token_embd.weight as a [n_vocab x n_embd] matrix whose rows can be read (dequantized).
 /// Throws model::ModelError like bind_matrix, or naming the type when rows cannot be decoded.
 Matrix bind_embeddings(const model::GgufFile& f, const model::HParams& hp, const MatrixTypes& types);

@@ -33,6 +33,7 @@
 namespace loom::cpu {
 namespace {
 
+using engine::bind_attention;
 using engine::bind_matrix;
 using engine::bind_vector;
 using engine::Matrix;
@@ -50,8 +51,7 @@ public:
         const std::string a = hp_.arch + ".";
         const bool g3 = hp_.arch == "gemma3";
         const engine::MatrixTypes types{"the CPU backend", can_dot};
-        const int64_t d = hp_.n_embd, hd = hp_.head_dim, nq = int64_t{hp_.n_head} * hd,
-                      nkv = int64_t{hp_.n_head_kv} * hd;
+        const int64_t d = hp_.n_embd, hd = hp_.head_dim;
         attn_softcap_ = static_cast<float>(f.get_float(a + "attn_logit_softcapping", g3 ? 0.0 : 50.0));
         final_softcap_ = static_cast<float>(f.get_float(a + "final_logit_softcapping", g3 ? 0.0 : 30.0));
         if (!(attn_softcap_ >= 0) || !(final_softcap_ >= 0))
@@ -66,14 +66,11 @@ public:
             const std::string p = "blk." + std::to_string(l) + ".";
             GemmaLayer L;
             L.attn_norm = bind_vector(need_tensor(f, p + "attn_norm.weight"), d);
-            L.wq = bind_matrix(need_tensor(f, p + "attn_q.weight"), d, nq, types);
-            L.wk = bind_matrix(need_tensor(f, p + "attn_k.weight"), d, nkv, types);
-            L.wv = bind_matrix(need_tensor(f, p + "attn_v.weight"), d, nkv, types);
+            bind_attention(f, p, hp_, types, L.wq, L.wk, L.wv, L.wo);
             if (g3) {
                 L.q_norm = bind_vector(need_tensor(f, p + "attn_q_norm.weight"), hd);
                 L.k_norm = bind_vector(need_tensor(f, p + "attn_k_norm.weight"), hd);
             }
-            L.wo = bind_matrix(need_tensor(f, p + "attn_output.weight"), nq, d, types);
             L.post_attn_norm = bind_vector(need_tensor(f, p + "post_attention_norm.weight"), d);
             L.ffn_norm = bind_vector(need_tensor(f, p + "ffn_norm.weight"), d);
             L.gate = bind_matrix(need_tensor(f, p + "ffn_gate.weight"), d, hp_.n_ff, types);

@@ -27,6 +27,7 @@
 namespace loom::cpu {
 namespace {
 
+using engine::bind_attention;
 using engine::bind_matrices;
 using engine::bind_matrix;
 using engine::bind_vector;
@@ -54,10 +55,7 @@ public:
             const std::string p = "blk." + std::to_string(l) + ".";
             GptOssLayer L;
             L.attn_norm = bind_vector(need_tensor(f, p + "attn_norm.weight"), d);
-            L.wq = bind_matrix(need_tensor(f, p + "attn_q.weight"), d, nq, types);
-            L.wk = bind_matrix(need_tensor(f, p + "attn_k.weight"), d, nkv, types);
-            L.wv = bind_matrix(need_tensor(f, p + "attn_v.weight"), d, nkv, types);
-            L.wo = bind_matrix(need_tensor(f, p + "attn_output.weight"), nq, d, types);
+            bind_attention(f, p, hp_, types, L.wq, L.wk, L.wv, L.wo);
             L.bq = bind_vector(need_tensor(f, p + "attn_q.bias"), nq);
             L.bk = bind_vector(need_tensor(f, p + "attn_k.bias"), nkv);
             L.bv = bind_vector(need_tensor(f, p + "attn_v.bias"), nkv);
