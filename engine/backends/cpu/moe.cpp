@@ -40,20 +40,23 @@ void run_expert(Compute& c, const ExpertLayer& L, size_t e, const float* x, floa
 void route(const float* logits, int32_t n, const RouteSpec& spec, int32_t* ids, float* weights) {
     const int32_t k = spec.k;
     if (k < 1 || k > n) throw std::invalid_argument("route: k must be in 1..n");
-    // The k best by logit (the softmax keeps the order), ties to the lower id.
+    // The k best by logit (the softmax keeps the order), ties to the lower id; a NaN logit
+    // (from NaN activations, which the backend reports as the row's error) ranks last, so the
+    // order stays a strict weak ordering.
+    auto key = [&](int32_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
     std::vector<int32_t> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+                      [&](int32_t a, int32_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); });
     const double top = logits[order[0]];
-    // Softmax over all n (SoftmaxTopK) or over the k chosen (TopKSoftmax), from the max.
-    double total = 0, chosen = 0;
-    for (int32_t i = 0; i < (spec.rule == RouteSpec::SoftmaxTopK ? n : k); ++i)
-        total += std::exp(
-            static_cast<double>(logits[spec.rule == RouteSpec::SoftmaxTopK ? i : order[static_cast<size_t>(i)]]) - top);
-    for (int32_t j = 0; j < k; ++j)
-        chosen += std::exp(static_cast<double>(logits[order[static_cast<size_t>(j)]]) - top);
-    const double denom = spec.rule == RouteSpec::SoftmaxTopK && !spec.renormalise ? total : chosen;
+    // The softmax over the k chosen (TopKSoftmax, or SoftmaxTopK renormalised: the same
+    // weights), or over all n (SoftmaxTopK as it is), from the max.
+    double denom = 0;
+    for (int32_t j = 0; j < k; ++j) denom += std::exp(static_cast<double>(logits[order[static_cast<size_t>(j)]]) - top);
+    if (spec.rule == RouteSpec::SoftmaxTopK && !spec.renormalise) {
+        denom = 0;
+        for (int32_t i = 0; i < n; ++i) denom += std::exp(static_cast<double>(logits[i]) - top);
+    }
     for (int32_t j = 0; j < k; ++j) {
         ids[j] = order[static_cast<size_t>(j)];
         weights[j] = static_cast<float>(std::exp(static_cast<double>(logits[ids[j]]) - top) / denom);
