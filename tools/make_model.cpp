@@ -216,18 +216,18 @@ struct TypeChoice {
 
 TypeChoice choose_type(const std::string& t) {
     static const std::map<std::string, TypeChoice> table = {
-        {"f32", {GgmlType::F32, 0}},           {"f16", {GgmlType::F16, 1}},
-        {"bf16", {GgmlType::BF16, 32}},        {"q8_0", {GgmlType::Q8_0, 7}},
-        {"q4_0", {GgmlType::Q4_0, 2}},         {"q4_1", {GgmlType::Q4_1, 3}},
-        {"q5_0", {GgmlType::Q5_0, 8}},         {"q5_1", {GgmlType::Q5_1, 9}},
-        {"q2_k", {GgmlType::Q2_K, 10}},        {"q3_k", {GgmlType::Q3_K, 11}},
-        {"q4_k", {GgmlType::Q4_K, 14}},        {"q5_k", {GgmlType::Q5_K, 16}},
-        {"q6_k", {GgmlType::Q6_K, 18}},        {"iq4_nl", {GgmlType::IQ4_NL, 25}},
-        {"iq4_xs", {GgmlType::IQ4_XS, 30}},    {"iq2_xxs", {GgmlType::IQ2_XXS, 19}},
-        {"iq2_xs", {GgmlType::IQ2_XS, 20}},    {"iq3_xxs", {GgmlType::IQ3_XXS, 23}},
-        {"iq1_s", {GgmlType::IQ1_S, 24}},      {"iq3_s", {GgmlType::IQ3_S, 26}},
-        {"iq2_s", {GgmlType::IQ2_S, 28}},      {"iq1_m", {GgmlType::IQ1_M, 31}},
-        {"mxfp4", {GgmlType::MXFP4, 38}},      {"q4_k_m", {GgmlType::Q4_K, 15, true}}};
+        {"f32", {GgmlType::F32, 0}},        {"f16", {GgmlType::F16, 1}},
+        {"bf16", {GgmlType::BF16, 32}},     {"q8_0", {GgmlType::Q8_0, 7}},
+        {"q4_0", {GgmlType::Q4_0, 2}},      {"q4_1", {GgmlType::Q4_1, 3}},
+        {"q5_0", {GgmlType::Q5_0, 8}},      {"q5_1", {GgmlType::Q5_1, 9}},
+        {"q2_k", {GgmlType::Q2_K, 10}},     {"q3_k", {GgmlType::Q3_K, 11}},
+        {"q4_k", {GgmlType::Q4_K, 14}},     {"q5_k", {GgmlType::Q5_K, 16}},
+        {"q6_k", {GgmlType::Q6_K, 18}},     {"iq4_nl", {GgmlType::IQ4_NL, 25}},
+        {"iq4_xs", {GgmlType::IQ4_XS, 30}}, {"iq2_xxs", {GgmlType::IQ2_XXS, 19}},
+        {"iq2_xs", {GgmlType::IQ2_XS, 20}}, {"iq3_xxs", {GgmlType::IQ3_XXS, 23}},
+        {"iq1_s", {GgmlType::IQ1_S, 24}},   {"iq3_s", {GgmlType::IQ3_S, 26}},
+        {"iq2_s", {GgmlType::IQ2_S, 28}},   {"iq1_m", {GgmlType::IQ1_M, 31}},
+        {"mxfp4", {GgmlType::MXFP4, 38}},   {"q4_k_m", {GgmlType::Q4_K, 15, true}}};
     auto it = table.find(t);
     if (it == table.end()) throw std::invalid_argument("unknown --type " + t);
     return it->second;

@@ -285,8 +285,8 @@ struct IQ4_XS : BlockOf<GgmlType::IQ4_XS, 256, 136> {
 /// The block decoders above and those of quant_blocks_iq.hpp, as a list of types (see with_block).
 template <class... Bs>
 struct BlockList {};
-using AllBlocks = BlockList<Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS,
-                            IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M>;
+using AllBlocks = BlockList<Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ2_XXS,
+                            IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M>;
 
 /// Calls `f.template operator()<B>()` for the decoder B in `list` whose kType is `type` and
 /// returns true; returns false, not calling f, when none is.

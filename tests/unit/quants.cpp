@@ -27,7 +27,7 @@ const std::vector<GgmlType> kAllTypes = {
     GgmlType::F32,     GgmlType::F16,    GgmlType::BF16,   GgmlType::Q8_0,    GgmlType::Q4_0,   GgmlType::Q4_1,
     GgmlType::Q5_0,    GgmlType::Q5_1,   GgmlType::Q2_K,   GgmlType::Q3_K,    GgmlType::Q4_K,   GgmlType::Q5_K,
     GgmlType::Q6_K,    GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
-    GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::IQ1_S,  GgmlType::IQ1_M, GgmlType::MXFP4};
+    GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::IQ1_S,  GgmlType::IQ1_M,   GgmlType::MXFP4};
 
 void put16(std::vector<uint8_t>& b, size_t at, uint16_t v) { std::memcpy(b.data() + at, &v, 2); }
 
@@ -363,7 +363,7 @@ std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng) {
         {GgmlType::Q5_1, {0, 2}}, {GgmlType::IQ4_NL, {0}},  {GgmlType::Q2_K, {80, 82}}, {GgmlType::Q3_K, {108}},
         {GgmlType::Q4_K, {0, 2}}, {GgmlType::Q5_K, {0, 2}}, {GgmlType::Q6_K, {208}},    {GgmlType::IQ4_XS, {0}},
         {GgmlType::IQ2_XXS, {0}}, {GgmlType::IQ2_XS, {0}},  {GgmlType::IQ2_S, {0}},     {GgmlType::IQ3_XXS, {0}},
-        {GgmlType::IQ3_S, {0}},   {GgmlType::IQ1_S, {0}},   {GgmlType::IQ1_M, {}},   {GgmlType::MXFP4, {}}};
+        {GgmlType::IQ3_S, {0}},   {GgmlType::IQ1_S, {0}},   {GgmlType::IQ1_M, {}},      {GgmlType::MXFP4, {}}};
     const auto tr = *lm::type_traits(id(t));
     for (size_t blk = 0; blk < b.size() / tr.type_size; ++blk) {
         for (size_t off : halves.at(t)) put16(b, blk * tr.type_size + off, lm::fp32_to_fp16(0.01f * nd(rng)));
