@@ -1,6 +1,7 @@
 """End to end: every binary's --help exits 0, prints to stdout, and names only flags the
-reference documents (docs/api.md; the GPU engines' in docs/gpu.md), and docs/api.md's
-loom-gateway table names every flag loom-gateway's --help prints."""
+reference documents (docs/api.md; the GPU engines' in docs/gpu.md), and the flag tables of
+loom-gateway (docs/api.md) and of the GPU engines (docs/gpu.md) name exactly the flags --help
+prints."""
 import os
 import re
 import subprocess
@@ -10,11 +11,19 @@ import loomtest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 API = open(os.path.join(ROOT, "docs", "api.md"), encoding="utf-8").read()
+GPU = open(os.path.join(ROOT, "docs", "gpu.md"), encoding="utf-8").read()
 
 
 def help_of(exe):
     out = subprocess.run([os.path.join(loomtest.BIN, exe), "--help"], capture_output=True, text=True, timeout=30)
     return out
+
+
+def table_flags(doc, heading):
+    """The flags in the first column of the table under `heading` (up to its blank line)."""
+    table = doc[doc.index(heading):]
+    table = table[:table.index("\n\n", table.index("| flag"))]
+    return set(re.findall(r"^\| `(--[a-z0-9-]+)`", table, re.M))
 
 
 def flags(text):
@@ -36,7 +45,7 @@ class Help(unittest.TestCase):
         got = flags(out.stdout)
         self.assertTrue(set(minimum) <= got, (exe, sorted(got)))
         for f in sorted(got):
-            self.assertIn("`" + f, doc, "%s %s is not in %s" % (exe, f, where))
+            self.assertTrue("`" + f in doc, "%s %s is not in %s" % (exe, f, where))
         return out.stdout, got
 
     def test_gateway(self):
@@ -45,12 +54,19 @@ class Help(unittest.TestCase):
                          "/health", "playground"):
             self.assertIn(endpoint, text)
         # docs/api.md's table lists exactly the flags --help prints.
-        table = API[API.index("## `loom-gateway` flags"):]
-        table = table[:table.index("\n\n", table.index("| flag"))]
-        self.assertEqual(set(re.findall(r"^\| `(--[a-z-]+)`", table, re.M)), got)
+        self.assertEqual(table_flags(API, "## `loom-gateway` flags"), got)
 
     def test_engine(self):
         self.check("loom-engine-cpu", ["--help", "--model", "--threads", "--ctx", "--parallel"])
+
+    @unittest.skipUnless(os.path.exists(os.path.join(loomtest.BIN, "loom-engine-gpuemu")),
+                         "loom-engine-gpuemu not built (-DLOOM_GPU_EMU=OFF or not x86-64)")
+    def test_gpu_engine(self):
+        # loom-engine-cuda and -hip print the same text (engine/backends/gpu/main.cpp); the
+        # emulator build is the one every build makes.
+        _, got = self.check("loom-engine-gpuemu", ["--help", "--model", "--kv-f32", "--batch-invariant",
+                                                    "--split-products"], doc=GPU, where="docs/gpu.md")
+        self.assertEqual(table_flags(GPU, "## Flags"), got)
 
     def test_make_model(self):
         text, got = self.check("loom-make-model", ["--help", "--out", "--preset", "--type", "--chat-template"])
