@@ -112,7 +112,9 @@ bool value_has_type(const Value& v, std::string_view t) {
 class Compiler {
 public:
     Compiler(const rapidjson::Document& doc, const JsonOptions& o) : doc_(doc) {
-        ws_ = repeat(chars(CharSet({{'\t', '\n'}, {'\r', '\r'}, {' ', ' '}})), 0, o.max_whitespace);
+        // Nothing, one space, or a line break and an indentation.
+        const ExprPtr indent = repeat(chars(CharSet({{'\t', '\t'}, {' ', ' '}})), 0, o.max_indent);
+        ws_ = o.compact ? empty() : opt(alt({lit(" "), seq({opt(lit("\r")), lit("\n"), indent})}));
         sep_ = seq({lit(","), ws_});
         colon_ = seq({lit(":"), ws_});
         string_ = seq({lit("\""), star(json::any_char()), lit("\"")});

@@ -18,11 +18,14 @@
 //   written (OpenAI's strict behaviour); an object schema without "properties" allows any.
 // - A schema without "type" takes the types its keywords imply (properties -> object,
 //   items -> array, minLength -> string, minimum -> number, ...), or any JSON value.
-// - Whitespace: after `{`, `[`, `:` and `,` and before `}` and `]`, at most
-//   JsonOptions::max_whitespace bytes of space, tab, newline or carriage return, so that
-//   pretty-printed output works and a model cannot emit whitespace forever. None before
-//   `:` or `,` (JSON allows it, models do not write it, and it would double the automaton),
-//   and none before or after the top-level value.
+// - Whitespace: after `{`, `[`, `:` and `,` and before `}` and `]`, nothing, one space, or
+//   one line break ("\n" or "\r\n") followed by at most JsonOptions::max_indent spaces or
+//   tabs: compact JSON, `{"a": 1, "b": 2}` and pretty-printed JSON all fit, and a model
+//   cannot write whitespace forever (a small model under a grammar tends to: `{ \n` and then
+//   newlines until max_tokens). None before `:` or `,` (JSON allows it, models do not write
+//   it, and it would double the automaton), and none before or after the top-level value.
+//   JsonOptions::compact allows none at all. (xgrammar's any_whitespace=false is stricter:
+//   fixed separators, no line breaks.)
 // - At most 256 optional properties in a row (each run costs quadratic automaton work).
 // - Exponents have at most two digits; numbers with bounds or multipleOf are written
 //   without exponent and never as "-0".
@@ -59,9 +62,12 @@ private:
     std::string pointer_, keyword_;
 };
 
+/// The whitespace a JSON grammar allows between tokens (see the file comment).
 struct JsonOptions {
-    /// Largest run of whitespace at any one place in the JSON text (0: compact JSON).
-    uint32_t max_whitespace = 16;
+    /// Most spaces or tabs after a line break: 24 indents 6 levels by 4 or 12 by 2.
+    uint32_t max_indent = 24;
+    /// No whitespace anywhere (compact JSON).
+    bool compact = false;
 };
 
 /// Rules for JSON text valid against `schema_json` (a JSON Schema document). Throws

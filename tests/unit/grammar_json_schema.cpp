@@ -285,33 +285,37 @@ TEST_CASE("json schema: numeric bounds and multipleOf are exact", "[grammar]") {
     refused(R"({"type": "number", "minimum": "1"})", "", "minimum");
 }
 
-TEST_CASE("json schema: whitespace is bounded at every position", "[grammar]") {
-    Case s(R"({"type": "object", "properties": {"a": {"type": "array"}}, "required": ["a"]})");
-    const std::string w16(16, ' '), w17(17, ' ');
-    CHECK(s(std::string("{")
-                .append(w16)
-                .append("\"a\":")
-                .append(w16)
-                .append("[")
-                .append(w16)
-                .append("1,")
-                .append(w16)
-                .append("2")
-                .append(w16)
-                .append("]")
-                .append(w16)
-                .append("}")));
-    CHECK_FALSE(s(std::string("{").append(w17).append("\"a\":[]}")));
-    CHECK_FALSE(s(std::string("{\"a\":[]").append(w17).append("}")));
+TEST_CASE("json schema: whitespace is one space or one line break and an indentation", "[grammar]") {
+    Case s(R"({"type": "object", "properties": {"a": {"type": "array"}, "b": {"type": "integer"}}})");
+    // Compact, one space, and pretty-printed (two- and four-space indents, tabs, CRLF) all fit.
+    CHECK(s(R"({"a":[1,2],"b":3})"));
+    CHECK(s(R"({ "a": [ 1, 2 ], "b": 3 })"));
+    CHECK(s("{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": 3\n}"));
+    CHECK(s("{\r\n\t\"a\": [\r\n\t\t1]}"));
+    const std::string i24(24, ' '), i25(25, ' ');
+    CHECK(s("{\n" + i24 + "\"a\": []}"));
+    CHECK_FALSE(s("{\n" + i25 + "\"a\": []}"));  // at most 24 spaces or tabs of indentation
+    // What a small model writes when whitespace is free: a space then a line break, runs
+    // of line breaks, two spaces; all refused, so the JSON goes on.
+    CHECK_FALSE(s("{ \n\"a\": []}"));
+    CHECK_FALSE(s("{\"a\": \n[]}"));
+    CHECK_FALSE(s("{\"a\":\n\n[]}"));
+    CHECK_FALSE(s("{\"a\":  []}"));
+    CHECK_FALSE(s("{\"a\":[1,\t2]}"));  // a tab only as indentation
+    CHECK_FALSE(s("{\"a\":[]}\n"));     // none before or after the top-level value
+    CHECK_FALSE(s(" {\"a\":[]}"));
     CHECK_FALSE(s(R"({"a" :[]})"));     // none before ':' ...
     CHECK_FALSE(s(R"({"a":[1 ,2]})"));  // ... or ','
-    CHECK(s(R"({"a":[1, 2 ] })"));
-    CHECK_FALSE(s(" {\"a\":[]}"));  // none before or after the top-level value
-    CHECK_FALSE(s("{\"a\":[]}\n"));
-    CHECK(s("{\n\t\"a\": [\r\n1]}"));
+    CHECK(s.g.accepts_prefix("{\"a\": "));
+    CHECK_FALSE(s.g.accepts_prefix("{\"a\":  "));
+    // The same holds for json_object.
+    const Grammar o = compile_json_object();
+    CHECK(o.accepts("{\n  \"x\": {\"y\": [1, 2]}\n}"));
+    CHECK_FALSE(o.accepts("{ \n\"x\": 1}"));
+    CHECK_FALSE(o.accepts_prefix("{\"x\":\n\n"));
 
     JsonOptions compact;
-    compact.max_whitespace = 0;
+    compact.compact = true;
     Case c(R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})", compact);
     CHECK(c(R"({"a":1})"));
     CHECK_FALSE(c(R"({"a": 1})"));

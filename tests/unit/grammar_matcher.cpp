@@ -176,7 +176,7 @@ TEST_CASE("tokens that span a grammar boundary are allowed exactly when the whol
     auto a = std::make_shared<const TokenAutomaton>(
         compile_json_schema(
             R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},"required":["a","b"],"additionalProperties":false})",
-            JsonOptions{0}),
+            JsonOptions{.compact = true}),
         v.bytes);
     Matcher m(a);
     std::vector<uint32_t> mask(m.mask_words());

@@ -146,7 +146,7 @@ TEST_CASE("tagged JSON: a token spanning a literal and a value is allowed when t
     t.prefix = "[";
     t.suffix = "]";
     t.alternatives = {{text("{\"a\":"), schema(R"({"type":"string"})"), text("}")}};
-    auto a = std::make_shared<const TokenAutomaton>(compile_tagged_json(t, JsonOptions{0}), v.bytes);
+    auto a = std::make_shared<const TokenAutomaton>(compile_tagged_json(t, JsonOptions{.compact = true}), v.bytes);
     Matcher m(a);
     std::vector<uint32_t> mask(m.mask_words());
     auto bit = [&](int32_t id) { return (mask[static_cast<size_t>(id) >> 5] >> (id & 31)) & 1u; };
