@@ -14,7 +14,8 @@ std::shared_ptr<const grammar::TokenAutomaton> ConstraintCompiler::compile(const
             cache_.splice(cache_.begin(), cache_, it);
             return cache_.front().second;
         }
-    const grammar::Constraint c = grammar::Constraint::from_source(spec.kind, spec.source);
+    grammar::Constraint c = grammar::Constraint::from_source(spec.kind, spec.source);
+    c.reasoning = {spec.reasoning_open, spec.reasoning_close};
     auto automaton = std::make_shared<const grammar::TokenAutomaton>(grammar::compile(c), vocab_);
     cache_.emplace_front(spec, automaton);
     if (cache_.size() > kCacheEntries) cache_.pop_back();

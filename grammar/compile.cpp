@@ -126,30 +126,9 @@ Grammar compile_json_schema(std::string_view schema_json, const JsonOptions& opt
 
 Grammar compile_json_object(const JsonOptions& opts) { return build(json_object_rules(opts)); }
 
-Grammar compile_regex(std::string_view pattern) {
-    Rules r;
-    r.root = r.add("root");
-    r.define(r.root, parse_regex(pattern, RegexMatch::Full));
-    return build(r);
-}
+namespace {
 
-Grammar compile_choice(const std::vector<std::string>& choices) {
-    if (choices.empty()) throw GrammarError("choice: the list of choices is empty");
-    std::vector<ExprPtr> alts;
-    for (const std::string& c : choices) {
-        size_t pos = 0;
-        uint32_t cp;
-        while (pos < c.size())
-            if (!next_utf8(c, pos, cp)) throw GrammarError("choice: a choice is not valid UTF-8");
-        alts.push_back(lit(c));
-    }
-    Rules r;
-    r.root = r.add("root");
-    r.define(r.root, alt(std::move(alts)));
-    return build(r);
-}
-
-Grammar compile_tagged_json(const TaggedJson& t, const JsonOptions& opts) {
+Rules tagged_rules(const TaggedJson& t, const JsonOptions& opts) {
     auto utf8 = [](std::string_view text) {
         size_t pos = 0;
         uint32_t cp;
@@ -178,8 +157,50 @@ Grammar compile_tagged_json(const TaggedJson& t, const JsonOptions& opts) {
     r.root = r.add("tagged");
     ExprPtr body = t.repeat ? seq({ref(item), star(seq({lit(t.separator), ref(item)}))}) : ref(item);
     r.define(r.root, seq({lit(t.prefix), std::move(body), lit(t.suffix)}));
-    return build(r);
+    return r;
 }
+
+Rules regex_rules(std::string_view pattern) {
+    Rules r;
+    r.root = r.add("root");
+    r.define(r.root, parse_regex(pattern, RegexMatch::Full));
+    return r;
+}
+
+Rules choice_rules(const std::vector<std::string>& choices) {
+    if (choices.empty()) throw GrammarError("choice: the list of choices is empty");
+    std::vector<ExprPtr> alts;
+    for (const std::string& c : choices) {
+        size_t pos = 0;
+        uint32_t cp;
+        while (pos < c.size())
+            if (!next_utf8(c, pos, cp)) throw GrammarError("choice: a choice is not valid UTF-8");
+        alts.push_back(lit(c));
+    }
+    Rules r;
+    r.root = r.add("root");
+    r.define(r.root, alt(std::move(alts)));
+    return r;
+}
+
+Rules rules_of(const Constraint& c, const JsonOptions& opts) {
+    switch (c.kind) {
+        case Constraint::Kind::JsonObject: return json_object_rules(opts);
+        case Constraint::Kind::JsonSchema: return json_schema_rules(c.text, opts);
+        case Constraint::Kind::Regex: return regex_rules(c.text);
+        case Constraint::Kind::Choice: return choice_rules(c.choices);
+        case Constraint::Kind::TaggedJson: return tagged_rules(c.tagged, opts);
+    }
+    throw GrammarError("unknown constraint kind");
+}
+
+}  // namespace
+
+Grammar compile_regex(std::string_view pattern) { return build(regex_rules(pattern)); }
+
+Grammar compile_choice(const std::vector<std::string>& choices) { return build(choice_rules(choices)); }
+
+Grammar compile_tagged_json(const TaggedJson& t, const JsonOptions& opts) { return build(tagged_rules(t, opts)); }
 
 std::string tagged_json_source(const TaggedJson& t) {
     std::string out = "{";
@@ -203,14 +224,7 @@ std::string tagged_json_source(const TaggedJson& t) {
 }
 
 Grammar compile(const Constraint& c, const JsonOptions& opts) {
-    switch (c.kind) {
-        case Constraint::Kind::JsonObject: return compile_json_object(opts);
-        case Constraint::Kind::JsonSchema: return compile_json_schema(c.text, opts);
-        case Constraint::Kind::Regex: return compile_regex(c.text);
-        case Constraint::Kind::Choice: return compile_choice(c.choices);
-        case Constraint::Kind::TaggedJson: return compile_tagged_json(c.tagged, opts);
-    }
-    throw GrammarError("unknown constraint kind");
+    return build(after_reasoning(rules_of(c, opts), c.reasoning));
 }
 
 std::string Constraint::to_text() const {

@@ -15,6 +15,7 @@
 
 #include "grammar/grammar.hpp"
 #include "grammar/json_schema.hpp"
+#include "grammar/reasoning_block.hpp"
 
 namespace loom::grammar {
 
@@ -67,6 +68,7 @@ struct Constraint {
     std::string text;                  ///< the schema JSON or the regex
     std::vector<std::string> choices;  ///< Choice
     TaggedJson tagged;                 ///< TaggedJson
+    ReasoningBlock reasoning;          ///< free reasoning before the constraint (none when empty)
 
     /// The line-safe form (see the file comment). Throws GrammarError for a choice that is
     /// not valid UTF-8.
@@ -84,7 +86,9 @@ struct Constraint {
     static Constraint from_source(std::string_view kind, std::string_view source);
 };
 
-/// Compiles any constraint.
+/// Compiles any constraint, after its reasoning block when it has one (reasoning_block.hpp).
+/// Throws GrammarError (SchemaError) as the compile_* function of its kind, and for an open
+/// marker without a close marker.
 Grammar compile(const Constraint& c, const JsonOptions& opts = {});
 
 }  // namespace loom::grammar

@@ -161,6 +161,12 @@ std::string format_one(const Gen& g) {
         if (!valid_grammar_kind(g.grammar->kind))
             throw std::invalid_argument("invalid grammar kind '" + g.grammar->kind + "'");
         s += " grammar=" + g.grammar->kind + ":" + base64_encode(g.grammar->source);
+        const GrammarSpec& r = *g.grammar;
+        if (r.reasoning_close.empty() && !r.reasoning_open.empty())
+            throw std::invalid_argument("a grammar's reasoning open marker without a close marker");
+        if (!r.reasoning_close.empty())
+            s += " grammar_reasoning=" + (r.reasoning_open.empty() ? "" : base64_encode(r.reasoning_open) + ",") +
+                 base64_encode(r.reasoning_close);
     }
     return s;
 }
@@ -369,6 +375,7 @@ GatewayLine parse_gateway(const std::vector<std::string_view>& parts) {
     Gen g;
     g.id = id;
     bool have_prompt = false;
+    std::optional<std::pair<std::string, std::string>> reasoning;  // grammar_reasoning=: open, close
     for (auto [k, v] : fields(parts, 2)) {
         if (k == "prompt") {
             g.prompt = parse_ids(v, k);
@@ -432,10 +439,23 @@ GatewayLine parse_gateway(const std::vector<std::string_view>& parts) {
             auto source = base64_decode(v.substr(colon + 1));
             if (!source) throw Bad{"grammar source is not base64"};
             g.grammar = GrammarSpec{std::string(kind), std::move(*source)};
+        } else if (k == "grammar_reasoning") {
+            const size_t comma = v.find(',');
+            auto open =
+                comma == std::string_view::npos ? std::optional<std::string>("") : base64_decode(v.substr(0, comma));
+            auto close = base64_decode(comma == std::string_view::npos ? v : v.substr(comma + 1));
+            if (!open || !close || close->empty() || (comma != std::string_view::npos && open->empty()))
+                throw Bad{"grammar_reasoning must be [<base64 of the open marker>,]<base64 of the close marker>"};
+            reasoning = {std::move(*open), std::move(*close)};
         }
         // Unknown keys are skipped (forward compatibility).
     }
     if (!have_prompt || g.prompt.empty()) throw Bad{"GEN needs a non-empty prompt=<ids>"};
+    if (reasoning) {
+        if (!g.grammar) throw Bad{"grammar_reasoning needs grammar="};
+        g.grammar->reasoning_open = std::move(reasoning->first);
+        g.grammar->reasoning_close = std::move(reasoning->second);
+    }
     return g;
 }
 

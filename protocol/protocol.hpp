@@ -125,10 +125,15 @@ using EngineLine = std::variant<Hello, Token, Logprobs, PromptLogprobs, Done, Er
 /// tagged_json (a prefix, items of literal text and JSON values, one of several alternatives
 /// each, joined by a separator, a suffix: forced tool calls in a family's syntax). The
 /// protocol library carries any kind of 1..32 bytes of [a-z0-9_]; the engine refuses
-/// kinds it does not know with ERR.
+/// kinds it does not know with ERR. With `reasoning_close` set (the GEN line's
+/// `grammar_reasoning=[<open>,]<close>`), the constraint applies after a reasoning block:
+/// any text up to and including the first `reasoning_close`, then at most two whitespace
+/// bytes; with `reasoning_open` too, that block (after at most two whitespace bytes and
+/// `reasoning_open`) is optional (grammar/reasoning_block.hpp).
 struct GrammarSpec {
     std::string kind;
-    std::string source;  ///< any bytes (base64 on the line, RFC 4648 section 4)
+    std::string source;                               ///< any bytes (base64 on the line, RFC 4648 section 4)
+    std::string reasoning_open{}, reasoning_close{};  ///< any bytes; close "": no reasoning block
     bool operator==(const GrammarSpec&) const = default;
 };
 

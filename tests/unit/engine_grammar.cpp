@@ -258,6 +258,35 @@ TEST_CASE("the CPU engine announces grammar and enforces it on stories260K", "[e
         CHECK(proto::format(alone.lines.at("free")[i]) == proto::format(e.lines.at("free")[i]));
 }
 
+TEST_CASE("a reasoning block: free text to the close marker, then the grammar", "[engine][grammar]") {
+    // stories260K writes a story after "Once upon a time"; with "." as the close marker its
+    // first sentence is the free "reasoning" and the JSON follows (grammar_reasoning=,
+    // docs/protocol.md). With "," as the open marker too, the block is optional; the model
+    // opens it (", there was ...").
+    Engine e;
+    const grammar::Grammar schema = grammar::compile_json_schema(kSchema);
+    for (uint64_t seed = 0; seed < 4; ++seed)
+        e.submit(request(
+            name(seed), proto::GrammarSpec{proto::grammar_kind::kJsonSchema, kSchema, seed % 2 ? "," : "", "."}, seed));
+    e.run();
+    for (uint64_t seed = 0; seed < 4; ++seed) {
+        const std::string id = name(seed), text = e.text(id);
+        INFO(id << ": " << text);
+        REQUIRE(std::get_if<proto::Done>(&e.last(id)));
+        CHECK(std::get<proto::Done>(e.last(id)).finish == "stop");
+        grammar::Constraint c = grammar::Constraint::from_source(proto::grammar_kind::kJsonSchema, kSchema);
+        c.reasoning = {seed % 2 ? "," : "", "."};
+        CHECK(grammar::compile(c).accepts(text));
+        const size_t close = text.find('.');
+        REQUIRE(close != std::string::npos);
+        CHECK(close > 5);  // words went by before the close marker
+        const size_t json = text.find('{', close);
+        REQUIRE(json != std::string::npos);
+        CHECK(json - close <= 3);  // at most two whitespace bytes after the marker
+        CHECK(schema.accepts(text.substr(json)));
+    }
+}
+
 namespace {
 
 // Wraps the CPU backend in the two-phase step and records, for every row with a mask, its

@@ -90,3 +90,31 @@ TEST_CASE("malformed grammar= values are refused by name", "[protocol]") {
     g.grammar = GrammarSpec{"bad kind", ""};
     CHECK_THROWS_AS(format(GatewayLine{g}), std::invalid_argument);
 }
+
+TEST_CASE("GEN grammar_reasoning= golden bytes, round trips and refusals", "[protocol]") {
+    Gen g;
+    g.id = "r1";
+    g.prompt = {1, 403};
+    g.max_tokens = 512;
+    g.grammar = GrammarSpec{grammar_kind::kJsonObject, "", "", "</think>"};
+    const std::string inside =
+        "GEN r1 prompt=1,403 max_tokens=512 temperature=1 grammar=json_object: grammar_reasoning=PC90aGluaz4=";
+    CHECK(format(GatewayLine{g}) == inside);
+    CHECK(parse_gen(inside).grammar == g.grammar);
+    g.grammar->reasoning_open = "<think>";
+    const std::string optional =
+        "GEN r1 prompt=1,403 max_tokens=512 temperature=1 grammar=json_object: "
+        "grammar_reasoning=PHRoaW5rPg==,PC90aGluaz4=";
+    CHECK(format(GatewayLine{g}) == optional);
+    CHECK(parse_gen(optional).grammar == g.grammar);
+    // The key may come before grammar=.
+    CHECK(parse_gen("GEN r1 grammar_reasoning=PC90aGluaz4= prompt=1 grammar=json_object:").grammar ==
+          GrammarSpec{grammar_kind::kJsonObject, "", "", "</think>"});
+
+    CHECK(gen_error("GEN r1 prompt=1 grammar_reasoning=PC90aGluaz4=") == "grammar_reasoning needs grammar=");
+    const std::string shape = "grammar_reasoning must be [<base64 of the open marker>,]<base64 of the close marker>";
+    for (const char* bad : {"", "PC90aGluaz4", ",PC90aGluaz4=", "PHRoaW5rPg==,", "a,b,c"})
+        CHECK(gen_error(std::string("GEN r1 prompt=1 grammar=json_object: grammar_reasoning=") + bad) == shape);
+    g.grammar = GrammarSpec{grammar_kind::kJsonObject, "", "<think>", ""};
+    CHECK_THROWS_AS(format(GatewayLine{g}), std::invalid_argument);  // an open marker alone
+}
