@@ -1,12 +1,6 @@
 // Forced tool calls in each family's syntax; see forced_calls.hpp.
 #include "gateway/forced_calls.hpp"
 
-#include <stdexcept>
-
-#include <rapidjson/document.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
 #include "grammar/compile.hpp"
 
 namespace loom::gateway {
@@ -104,25 +98,6 @@ std::string forced_call_source(ToolFamily family, std::string_view chat_template
             t.alternatives.push_back(
                 f.call(tool.name, tool.parameters.empty() ? std::string(R"({"type":"object"})") : tool.parameters));
     return grammar::tagged_json_source(t);
-}
-
-std::string close_reasoning_first(std::string_view source, std::string_view close) {
-    rapidjson::Document d;
-    d.Parse(source.data(), source.size());
-    if (d.HasParseError() || !d.IsObject()) throw std::invalid_argument("close_reasoning_first: not a JSON object");
-    std::string prefix(close);
-    prefix += "\n\n";
-    if (auto it = d.FindMember("prefix"); it != d.MemberEnd() && it->value.IsString()) {
-        prefix.append(it->value.GetString(), it->value.GetStringLength());
-        d.RemoveMember(it);
-    }
-    rapidjson::Value key("prefix"),
-        val(prefix.c_str(), static_cast<rapidjson::SizeType>(prefix.size()), d.GetAllocator());
-    d.AddMember(key, val, d.GetAllocator());
-    rapidjson::StringBuffer buf;
-    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-    d.Accept(w);
-    return {buf.GetString(), buf.GetSize()};
 }
 
 }  // namespace loom::gateway

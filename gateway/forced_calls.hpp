@@ -38,11 +38,4 @@ namespace loom::gateway {
 std::string forced_call_source(ToolFamily family, std::string_view chat_template,
                                const std::vector<FunctionTool>& tools, const std::string* named, bool parallel);
 
-/// `source` (a forced_call_source() result) with `close` (a reasoning syntax's close marker)
-/// and "\n\n" put before its prefix: for a prompt that leaves the model inside reasoning
-/// (DeepSeek R1 and V3.1 with thinking on), so that the calls are not read as reasoning. The
-/// reasoning is then empty: the grammar has no piece for free text up to the marker.
-/// Throws std::invalid_argument when `source` is not a JSON object.
-std::string close_reasoning_first(std::string_view source, std::string_view close);
-
 }  // namespace loom::gateway

@@ -30,8 +30,12 @@ protocol::GrammarSpec grammar_spec(const OutputConstraint& c) {
                 "named function, or drop \"strict\"",
                 c.param, "unsupported_constraint");
     }
+    spec.reasoning_open = c.reasoning_open;
+    spec.reasoning_close = c.reasoning_close;
     try {
-        (void)grammar::compile(grammar::Constraint::from_source(spec.kind, spec.source));
+        grammar::Constraint gc = grammar::Constraint::from_source(spec.kind, spec.source);
+        gc.reasoning = {c.reasoning_open, c.reasoning_close};
+        (void)grammar::compile(gc);
     } catch (const std::exception& e) {
         throw ApiError(400, "'" + c.param + "' cannot be enforced: " + e.what(), c.param, "unsupported_constraint");
     }

@@ -12,7 +12,7 @@
 namespace loom::gateway {
 
 /// The grammar= of constraint `c`: json_schema (the schema JSON), regex or choice (the JSON
-/// array). The constraint is compiled once here (grammar::compile, no vocabulary), so that
+/// array), tagged_json, with c's reasoning block (grammar_reasoning=). The constraint is compiled once here (grammar::compile, no vocabulary), so that
 /// an unsupported keyword or regex construct is a 400 and not an engine ERR. Throws
 /// ApiError(400, param c.param) for a constraint that does not compile (the message names the
 /// schema pointer and keyword, or the regex offset) and for kinds loom does not enforce yet

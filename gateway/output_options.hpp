@@ -32,6 +32,10 @@ struct OutputConstraint {
     Kind kind = Kind::JsonSchema;
     std::string value;  ///< the schema, regex, JSON array of choices, grammar, or the strict tools as JSON
     std::string param;  ///< the request member that asked for it (for errors)
+    /// The reasoning block the model writes before the constrained text (GEN's
+    /// grammar_reasoning=, docs/protocol.md "Grammars"): `reasoning_close` "" for none;
+    /// `reasoning_open` "" when the prompt already opened it.
+    std::string reasoning_open{}, reasoning_close{};
 };
 
 /// How to read one chat choice's output (see make_output_parser).

@@ -8,10 +8,12 @@ namespace loom::gateway {
 
 std::unique_ptr<SpanParser> make_output_parser(const OutputOptions& o) {
     const ToolParserOptions topts{o.parallel, o.calls};
-    if (o.constrained) return make_constrained_parser(o.function, topts);
-    if (o.reasoning == ReasoningFamily::GptOss || o.tools == ToolFamily::GptOss)
+    if (!o.constrained && (o.reasoning == ReasoningFamily::GptOss || o.tools == ToolFamily::GptOss))
         return make_tool_parser(ToolFamily::GptOss, {o.parallel, o.calls && o.tools == ToolFamily::GptOss});
-    std::unique_ptr<SpanParser> inner = o.calls ? make_tool_parser(o.tools, topts) : nullptr;
+    std::unique_ptr<SpanParser> inner = o.constrained ? make_constrained_parser(o.function, topts)
+                                        : o.calls     ? make_tool_parser(o.tools, topts)
+                                                      : nullptr;
+    if (o.constrained && o.reasoning == ReasoningFamily::GptOss) return inner;
     if (o.reasoning != ReasoningFamily::None)
         return make_reasoning_parser(reasoning_syntax(o.reasoning), o.inside_reasoning, std::move(inner));
     return inner;

@@ -1,7 +1,6 @@
 // POST /v1/chat/completions request building; see serving_chat.hpp.
 #include "gateway/serving_chat.hpp"
 
-#include "gateway/forced_calls.hpp"
 #include "gateway/json_fields.hpp"
 #include "gateway/known_params.hpp"
 #include "gateway/quote.hpp"
@@ -81,10 +80,8 @@ GenerationRequest build_chat_request(std::string_view body_text, const ModelCont
     r.output = out.output;
     r.output.inside_reasoning = prompt_opens_reasoning(text, reasoning_syntax(r.output.reasoning));
     r.constraint = std::move(out.constraint);
-    // Forced calls after a prompt that opens reasoning: the model closes it first, so
-    // that the family's parser, not the reasoning parser, reads the calls.
-    if (r.output.inside_reasoning && r.constraint && r.constraint->kind == OutputConstraint::Kind::TaggedJson)
-        r.constraint->value = close_reasoning_first(r.constraint->value, reasoning_syntax(r.output.reasoning).close);
+    // A reasoning model reasons freely; the grammar applies after its reasoning.
+    if (r.constraint) reason_before_constraint(*r.constraint, r.output.reasoning, text);
     r.prompts.push_back(
         tokenize_prompt(*ctx.tokenizer, text, !ctx.template_adds_bos, "messages", "the rendered chat prompt is empty"));
     check_context_length(r, ctx.n_ctx, "messages");

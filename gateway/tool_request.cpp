@@ -170,6 +170,15 @@ void parse_constraints(const Value& body, std::optional<OutputConstraint>& c) {
 
 }  // namespace
 
+void reason_before_constraint(OutputConstraint& c, ReasoningFamily family, std::string_view prompt) {
+    if (family != ReasoningFamily::Think) return;
+    const ReasoningSyntax s = reasoning_syntax(family);
+    while (!prompt.empty() && is_json_ws(prompt.back())) prompt.remove_suffix(1);
+    if (prompt.ends_with(s.close)) return;  // thinking off: the block is closed already
+    c.reasoning_open = prompt.ends_with(s.open) ? "" : s.open;
+    c.reasoning_close = s.close;
+}
+
 bool template_reads(std::string_view tmpl, std::string_view name) {
     auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
     for (size_t at = tmpl.find(name); at != std::string_view::npos; at = tmpl.find(name, at + 1)) {

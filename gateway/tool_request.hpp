@@ -50,6 +50,16 @@ struct OutputRequest {
 OutputRequest parse_output_request(const rapidjson::Value& body, bool chat, const ChatFormat& fmt,
                                    std::string_view chat_template);
 
+/// Lets a reasoning model reason before its constrained output: for the `<think>` syntax
+/// (ReasoningFamily::Think: Qwen3, DeepSeek R1 and V3.1, SmolLM3) `c` gets a reasoning block
+/// (OutputConstraint::reasoning_open/close), so that the engine applies the grammar only
+/// after `</think>`: from the start of the output when the rendered `prompt` ends inside
+/// `<think>` (DeepSeek with thinking on), or after a block the model may open itself when
+/// the prompt neither opened nor closed one (Qwen3 and SmolLM3 with thinking on). A prompt
+/// that closed the block (thinking off) and the other syntaxes (Granite's and Command R7B's
+/// response wrappers, gpt-oss's channels) keep the grammar from the first token.
+void reason_before_constraint(OutputConstraint& c, ReasoningFamily family, std::string_view prompt);
+
 /// True when `tmpl` mentions `name` as an identifier (not inside a longer one): the
 /// only way a Jinja template can read a variable.
 bool template_reads(std::string_view tmpl, std::string_view name);

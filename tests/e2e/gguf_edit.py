@@ -54,11 +54,12 @@ def _value(t, v):
     return struct.pack(_SCALAR[t], v)
 
 
-def edit(src, dst, chat_template=None, add_tokens=(), set_kv=None):
+def edit(src, dst, chat_template=None, add_tokens=(), set_kv=None, replace_tokens=None):
     """Copies GGUF `src` to `dst`, setting tokenizer.chat_template to `chat_template`
     (when given), appending `add_tokens`, (text, token_type) pairs, to the vocabulary
-    (score 0), and setting each key of `set_kv` to its (type, value). Returns the new
-    vocabulary size."""
+    (score 0), giving each token whose text is a key of `replace_tokens` the (text,
+    token_type) it maps to (the model then writes the new text where it wrote the old),
+    and setting each key of `set_kv` to its (type, value). Returns the new vocabulary size."""
     data = open(src, "rb").read()
     r = _Reader(data)
     assert data[:4] == b"GGUF", "not a GGUF file"
@@ -80,6 +81,11 @@ def edit(src, dst, chat_template=None, add_tokens=(), set_kv=None):
     align = kv["general.alignment"][2] if "general.alignment" in kv else 32
     data_start = (r.at + align - 1) // align * align
     n_vocab = len(kv["tokenizer.ggml.tokens"][2][1])
+    for old, (text, ttype) in (replace_tokens or {}).items():
+        at = kv["tokenizer.ggml.tokens"][2][1].index(old)
+        kv["tokenizer.ggml.tokens"][2][1][at] = text
+        if "tokenizer.ggml.token_type" in kv:
+            kv["tokenizer.ggml.token_type"][2][1][at] = ttype
     for text, ttype in add_tokens:
         kv["tokenizer.ggml.tokens"][2][1].append(text)
         if "tokenizer.ggml.scores" in kv:

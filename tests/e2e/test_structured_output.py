@@ -16,7 +16,7 @@ that cannot follow instructions, so only the grammar can make its output valid.
   gpt-oss), forced calls (required, named; streamed and not) are written in the family's own
   syntax (the tagged_json grammar; checked on the generated ids, detokenized) and parsed by
   the family's parser into tool_calls whose arguments validate, the logprob lists spelling
-  each call's name and arguments. DeepSeek R1 with thinking on closes the reasoning first.
+  each call's name and arguments. (After reasoning, with thinking on: test_structured_reasoning.py.)
 """
 import json
 import math
@@ -427,25 +427,6 @@ class DeepSeekR1ForcedCalls(ForcedCallsBase):
     template = "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
     prefix, suffix, separator = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "\n"
     call, after = r"<｜tool▁call▁begin｜>function<｜tool▁sep｜>(\w+)\n```json\n" + ARGS, "\n```<｜tool▁call▁end｜>"
-
-    def test_thinking_prompt_closes_reasoning_before_the_calls(self):
-        # enable_thinking: the prompt ends inside <think>; the forced text closes it first,
-        # so the calls are tool_calls, not reasoning.
-        for stream in (False, True):
-            c = self.ask(seed=0, tool_choice={"type": "function", "function": {"name": "get_time"}}, stream=stream,
-                         chat_template_kwargs={"enable_thinking": True})
-            if stream:
-                names = [d["function"]["name"] for ch in c for x in ch.get("choices", [])
-                         for d in x["delta"].get("tool_calls") or [] if d.get("function", {}).get("name")]
-                reasoning = "".join(x["delta"].get("reasoning_content") or "" for ch in c for x in ch.get("choices", []))
-                self.assertEqual(names, ["get_time"])
-                self.assertEqual(reasoning, "")
-                continue
-            self.assertEqual(c["finish_reason"], "tool_calls", c)
-            self.assertFalse(c["message"].get("reasoning_content"))
-            self.check_calls(c["message"]["tool_calls"], ["get_time"])
-            status, body = self.gw.post("/detokenize", {"model": self.model_id, "tokens": c["token_ids"]})
-            self.assertTrue(body["prompt"].startswith("</think>\n\n" + self.prefix), body["prompt"])
 
 
 class GraniteForcedCalls(ForcedCallsBase):

@@ -4,6 +4,7 @@
 #include "tool_fixtures.hpp"
 
 #include "gateway/forced_calls.hpp"
+#include "gateway/tool_request.hpp"
 #include "grammar/compile.hpp"
 
 using namespace loom;
@@ -174,28 +175,74 @@ TEST_CASE("forced calls: what the templates render for a call is what the gramma
     }
 }
 
-TEST_CASE("forced calls after a prompt that opens reasoning close it first") {
+TEST_CASE("forced calls after reasoning: the grammar applies from </think> on") {
     const std::string get_time = "get_time";
     const std::string tmpl = template_text("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja");
-    const std::string src =
-        close_reasoning_first(forced_call_source(ToolFamily::DeepSeek, tmpl, kTools, &get_time, true), "</think>");
+    // R1 with thinking on: the prompt ends inside <think>, so the output starts as reasoning.
+    const std::string prompt =
+        render("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", R"([{"role": "user", "content": "Hi"}])", "", true,
+               "<｜begin▁of▁sentence｜>", "", R"({"enable_thinking": true})");
+    OutputConstraint c{OutputConstraint::Kind::TaggedJson,
+                       forced_call_source(ToolFamily::DeepSeek, tmpl, kTools, &get_time, true), "tool_choice"};
+    reason_before_constraint(c, ReasoningFamily::Think, prompt);
+    CHECK(c.reasoning_open.empty());
+    CHECK(c.reasoning_close == "</think>");
+    grammar::Constraint gc = grammar::Constraint::from_source("tagged_json", c.value);
+    gc.reasoning = {c.reasoning_open, c.reasoning_close};
+    const grammar::Grammar g = grammar::compile(gc);
     const std::string call =
         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```"
         "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
-    CHECK(compiled(src).accepts("</think>\n\n" + call));
-    CHECK_FALSE(compiled(src).accepts(call));
-    // A source without a prefix gets one.
-    CHECK(close_reasoning_first(R"({"alternatives":[["x"]]})", "</think>") ==
-          R"({"alternatives":[["x"]],"prefix":"</think>\n\n"})");
-    CHECK_THROWS_AS(close_reasoning_first("[]", "</think>"), std::invalid_argument);
-    // The reasoning parser, told the output starts inside reasoning, gives the rest to the
-    // family's parser: no reasoning, the call.
+    const std::string thought = "The user greets me. <tool_call> {\"json\": [is free here]}\n</think>\n\n";
+    CHECK(g.accepts(thought + call));
+    CHECK(g.accepts("</think>" + call));
+    CHECK_FALSE(g.accepts(call));                             // the reasoning must be closed first
+    CHECK_FALSE(g.accepts("Hmm.</think>\n\n\n" + call));      // at most two whitespace bytes after it
+    CHECK_FALSE(g.accepts("Hmm.</think>\n\nSure. " + call));  // then only the calls
+    CHECK(g.accepts_prefix("Any text at all, even \xff invalid UTF-8 or </thin"));
+    // The reasoning parser, told the output starts inside reasoning, gives the reasoning
+    // its part and the rest to the family's parser.
     OutputOptions o = tools_of(ToolFamily::DeepSeek);
     o.reasoning = ReasoningFamily::Think;
     o.inside_reasoning = true;
-    const Parsed p = parse_all_ways(maker(o), "</think>\n\n" + call);
+    const Parsed p = parse_all_ways(maker(o), thought + call);
     REQUIRE(p.calls.size() == 1);
     CHECK(p.calls[0].name == "get_time");
-    CHECK(p.reasoning.empty());
+    CHECK(p.calls[0].arguments == "{}");
+    CHECK(p.reasoning == "The user greets me. <tool_call> {\"json\": [is free here]}");
     CHECK(p.content.empty());
+}
+
+TEST_CASE("reason_before_constraint: where the reasoning block is, by template and thinking switch") {
+    const std::string hi = R"([{"role": "user", "content": "Hi"}])";
+    auto block = [&](const std::string& file, const std::string& kwargs, ReasoningFamily f = ReasoningFamily::Think) {
+        OutputConstraint c{OutputConstraint::Kind::JsonSchema, "{}", "response_format"};
+        reason_before_constraint(c, f, render(file, hi, "", true, "<s>", "", kwargs));
+        return std::pair{c.reasoning_open, c.reasoning_close};
+    };
+    using P = std::pair<std::string, std::string>;
+    // DeepSeek R1 and V3.1 with thinking on end inside <think>: the block starts at once.
+    CHECK(block("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", R"({"enable_thinking": true})") == P{"", "</think>"});
+    CHECK(block("deepseek-ai-DeepSeek-V3.1.jinja", R"({"thinking": true})") == P{"", "</think>"});
+    // Thinking off: the prompt closed the block; the grammar applies from the first token.
+    CHECK(block("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "") == P{"", ""});
+    CHECK(block("deepseek-ai-DeepSeek-V3.1.jinja", "") == P{"", ""});
+    CHECK(block("Qwen-Qwen3-0.6B.jinja", R"({"enable_thinking": false})") == P{"", ""});
+    CHECK(block("HuggingFaceTB-SmolLM3-3B.jinja", R"({"enable_thinking": false})") == P{"", ""});
+    // Qwen3 and SmolLM3 with thinking on: the model may open the block itself.
+    CHECK(block("Qwen-Qwen3-0.6B.jinja", "") == P{"<think>", "</think>"});
+    CHECK(block("HuggingFaceTB-SmolLM3-3B.jinja", "") == P{"<think>", "</think>"});
+    // Other reasoning syntaxes keep the grammar from the first token.
+    CHECK(block("ibm-granite-granite-3.3-2B-Instruct.jinja", "", ReasoningFamily::Granite) == P{"", ""});
+    CHECK(block("Qwen-Qwen2.5-7B-Instruct.jinja", "", ReasoningFamily::None) == P{"", ""});
+
+    // The optional block: straight to the JSON, or whitespace, <think>, reasoning, </think>.
+    grammar::Constraint gc = grammar::Constraint::from_source("json_object", "");
+    gc.reasoning = {"<think>", "</think>"};
+    const grammar::Grammar g = grammar::compile(gc);
+    CHECK(g.accepts("{\"a\": 1}"));
+    CHECK(g.accepts("<think>\nShort.\n</think>\n\n{\"a\": 1}"));
+    CHECK(g.accepts("\n<think></think>{}"));
+    CHECK_FALSE(g.accepts("Short.</think>{}"));  // only after the open marker
+    CHECK_FALSE(g.accepts("<think>Short.{}"));   // the block must close
 }
