@@ -66,7 +66,7 @@ bool Choice::take_output_end() {
 SplitDelta Choice::split(Released rel) {
     SplitDelta d = split_->push(rel);
     if (!done_) return d;
-    SplitDelta rest = split_->finish();
+    SplitDelta rest = split_->finish(finish_ == "length");
     d.content += rest.content;
     d.reasoning += rest.reasoning;
     for (auto& e : rest.content_entries) d.content_entries.push_back(std::move(e));

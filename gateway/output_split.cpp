@@ -170,11 +170,11 @@ SplitDelta OutputSplitter::push(const Released& r) {
     return d;
 }
 
-SplitDelta OutputSplitter::finish() {
+SplitDelta OutputSplitter::finish(bool cut) {
     SplitDelta d;
     if (!parser_) return d;
     std::vector<Span> spans;
-    parser_->feed({}, true, spans);
+    parser_->feed({}, true, spans, cut);
     apply(spans, d);
     // What is left has no parse text (special tokens at the very end): it joins the
     // last part.

@@ -68,8 +68,10 @@ public:
     /// what became decided.
     SplitDelta push(const Released& r);
 
-    /// The output ended: decides the rest.
-    SplitDelta finish();
+    /// The output ended: decides the rest. `cut`: max_tokens ended it (finish_reason
+    /// "length"), so a possible marker or call start still held back is no part's, and a
+    /// call cut after its name is a call (SpanParser::feed).
+    SplitDelta finish(bool cut = false);
 
     /// The parser wants the generation to end (parallel_tool_calls false, first call
     /// complete): the caller cancels the engine request.

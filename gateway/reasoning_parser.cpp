@@ -28,6 +28,12 @@ public:
     bool done() const override { return done_ || (inner_ && inner_->done()); }
 
 private:
+    // Cut: the inner parser decides what it holds (text before this parser's own held
+    // suffix, which then becomes Marker).
+    void cut_call() override {
+        if (st_ == St::Pass && inner_) inner_->feed("", true, *out_, true);
+    }
+
     enum class St { Start, Inside, Pass };
 
     // Hands buf_[0..n) to the inner parser (or decides it as content).

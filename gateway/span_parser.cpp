@@ -5,16 +5,23 @@
 
 namespace loom::gateway {
 
-void SpanParser::feed(std::string_view text, bool final, std::vector<Span>& out) {
+void SpanParser::feed(std::string_view text, bool final, std::vector<Span>& out, bool cut) {
     out_ = &out;
     buf_.append(text);
-    final_ = final;
+    // A cut output is first read as if more could come, so that only the text held back
+    // for what might follow remains.
+    final_ = final && !cut;
     while (true) {
         if (done_) {
             emit(Part::Marker, buf_.size());
             break;
         }
         if (!step()) break;
+    }
+    if (final && cut) {
+        if (!done_) cut_call();
+        emit(Part::Marker, buf_.size());
+        final_ = true;
     }
     // Every state decides all of its text at the end; should one not, the text is
     // content rather than lost.

@@ -45,9 +45,13 @@ public:
 
     /// Appends `text` to the parse text and adds to `out` the spans that are now
     /// decided, in text order, covering the parse text without gaps or overlaps.
-    /// `final`: the output has ended; everything is decided. Never throws for any
-    /// input bytes.
-    void feed(std::string_view text, bool final, std::vector<Span>& out);
+    /// `final`: the output has ended; everything is decided. `cut` (with `final`): it
+    /// ended because max_tokens cut it, so text still held back because it may begin a
+    /// marker or a tool call (and the whitespace that would touch one) is decided as
+    /// Marker, never as content or reasoning; a call whose function name is complete but
+    /// whose arguments have not begun is started first (the family's cut_call()), so that
+    /// it is reported with empty arguments. Never throws for any input bytes.
+    void feed(std::string_view text, bool final, std::vector<Span>& out, bool cut = false);
 
     /// Texts of the markers this parser reads; a special token whose vocabulary text
     /// is one of them is spelled in the parse text (others add no parse text).
@@ -62,6 +66,11 @@ protected:
     /// returns false when nothing more can be decided until more text (or, with
     /// final_, when buf_ is empty).
     virtual bool step() = 0;
+
+    /// The output was cut (see feed()) with buf_ holding what step() could not decide
+    /// without more text: starts the call whose name buf_ holds complete, if any. The
+    /// default starts none. The text left in buf_ afterwards becomes Marker.
+    virtual void cut_call() {}
 
     /// Decides the first `n` bytes of buf_ as `part` (call: for Name/Arguments).
     void emit(Part part, size_t n, int call = -1);

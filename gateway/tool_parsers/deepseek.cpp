@@ -69,6 +69,22 @@ private:
         return b < buf_.size() && buf_[b] == '{' ? b : std::string::npos;
     }
 
+    // Cut after a complete name: V3.1's header before the separator ("function" is R1's
+    // type, its name still to come), or R1's name line.
+    void cut_call() override {
+        size_t nb = header_, ne = sep_;
+        if (st_ == St::R1Name) {
+            nb = sep_ + kSep.size();
+            ne = buf_.find('\n', nb);
+            if (ne == std::string::npos) return;
+            if (ne > nb && buf_[ne - 1] == '\r') --ne;
+        } else if (st_ != St::AfterSep || buf_.compare(header_, sep_ - header_, "function") == 0) {
+            return;
+        }
+        if (!plausible_name(std::string_view(buf_).substr(nb, ne - nb))) return;
+        start_named_call(nb, ne, ne);
+    }
+
     bool step() override {
         switch (st_) {
             case St::Content: {

@@ -35,6 +35,17 @@ private:
         return true;
     }
 
+    // Cut after the name form's name and the start of [ARGS] or [CALL_ID].
+    void cut_call() override {
+        if (m_ != M::Name) return JsonSectionParser::cut_call();
+        const size_t bracket = buf_.find('[', name_at_);
+        if (bracket == std::string::npos ||
+            (match(kArgs, bracket) == Match::No && match(kCallId, bracket) == Match::No))
+            return;
+        if (plausible_name(std::string_view(buf_).substr(name_at_, bracket - name_at_)))
+            start_named_call(name_at_, bracket, bracket);
+    }
+
     bool step() override {
         switch (m_) {
             case M::Off: {

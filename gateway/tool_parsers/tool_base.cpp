@@ -118,6 +118,21 @@ ToolParserBase::Read ToolParserBase::read_object() {
     return Read::More;
 }
 
+bool ToolParserBase::cut_object() {
+    if (call_ >= 0 || !keys_) return false;
+    for (const auto& m : scan_.members()) {
+        if (!listed(keys_->names, m.key) || m.value_end == std::string::npos || m.kind != '"') continue;
+        const auto nb = static_cast<size_t>(static_cast<long long>(m.value_begin + 1) - origin_);
+        const size_t len = m.value_end - m.value_begin - 2;
+        if (nb + len > buf_.size() || !plausible_name(std::string_view(buf_).substr(nb, len))) return false;
+        call_ = start_call(buf_.substr(nb, len));
+        emit(Part::Marker, nb);
+        emit(Part::Name, len, call_);
+        return true;
+    }
+    return false;
+}
+
 void ToolParserBase::begin_args(int call) {
     scan_ = JsonScanner();
     call_ = call;
@@ -135,6 +150,10 @@ ToolParserBase::Read ToolParserBase::read_args() {
 }
 
 // ---- the generic section parser ---------------------------------------------------
+
+void JsonSectionParser::cut_call() {
+    if (st_ == St::Object) cut_object();
+}
 
 JsonSectionParser::JsonSectionParser(JsonSyntax syntax, ToolParserOptions o)
     : ToolParserBase(o), syn_(std::move(syntax)), st_(syn_.at_start ? St::Start : St::Content) {

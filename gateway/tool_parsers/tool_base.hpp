@@ -57,6 +57,11 @@ protected:
     /// emitted and broken_part() says where the rest of the call goes.
     Read read_object();
 
+    /// The output was cut while a call object was read but not committed: when its name
+    /// is complete (and plausible), starts the call, deciding the held text before the name
+    /// as Marker and the name as Name (the rest stays in buf_). Returns whether it did.
+    bool cut_object();
+
     /// Starts streaming committed call `call`'s arguments object, whose '{' is
     /// buf_[0]. read_args() emits as it reads: More, Closed or Broken.
     void begin_args(int call);
@@ -105,6 +110,7 @@ public:
 
 protected:
     bool step() override;
+    void cut_call() override;
 
     enum class St {
         Start,

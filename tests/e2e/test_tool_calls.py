@@ -251,6 +251,26 @@ class HermesCalls(ReplayCase):
         self.assertEqual(len(c["message"]["tool_calls"]), 2)
         self.assertTrue("{\"tz\": \"CET\"}".startswith(c["message"]["tool_calls"][1]["function"]["arguments"]))
 
+    def test_a_cut_call_is_never_content(self):
+        # Issue 40, item 2: at every max_tokens, the envelope of a cut call (`<tool_ca`,
+        # `<tool_call>\n{"name": "get_time", "arguments`) is neither content nor a content
+        # delta: the call is a call once its name is complete (empty arguments), else dropped.
+        self.replay(self.TEXT)
+        status, body = self.gw.post("/tokenize", {"prompt": self.TEXT, "add_special_tokens": False})
+        want = [("get_weather", "{\"city\": \"Paris\"}"), ("get_time", "{\"tz\": \"CET\"}")]
+        named_only = 0
+        for n in range(1, body["count"]):
+            c = self.both(max_tokens=n)  # streamed and not alike; every list spells its part
+            self.assertEqual(c["finish_reason"], "length")
+            content = c["message"]["content"] or ""
+            self.assertTrue("I'll check.".startswith(content), (n, content))
+            calls = [(t["function"]["name"], t["function"]["arguments"]) for t in c["message"].get("tool_calls", [])]
+            for (name, args), (want_name, want_args) in zip(calls, want):
+                self.assertEqual(name, want_name, n)
+                self.assertTrue(want_args.startswith(args), (n, args))
+            named_only += bool(calls) and calls[-1][1] == ""
+        self.assertGreater(named_only, 1)  # cuts between a name and its arguments gave calls
+
 
     # -- the Responses API: the same calls as function_call output items ----------------
 

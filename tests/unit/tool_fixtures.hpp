@@ -123,9 +123,10 @@ inline Parsed collect(const std::string& text, const std::vector<gateway::Span>&
     return p;
 }
 
-/// Runs a fresh parser from `make` over `text` fed in pieces cut at `cuts`, then ends it.
+/// Runs a fresh parser from `make` over `text` fed in pieces cut at `cuts`, then ends it
+/// (`by_length`: as max_tokens ends it, SpanParser::feed's `cut`).
 template <class Make>
-Parsed run_cut(Make make, const std::string& text, std::vector<size_t> cuts) {
+Parsed run_cut(Make make, const std::string& text, std::vector<size_t> cuts, bool by_length = false) {
     std::unique_ptr<gateway::SpanParser> p = make();
     std::vector<gateway::Span> spans;
     size_t at = 0;
@@ -134,25 +135,26 @@ Parsed run_cut(Make make, const std::string& text, std::vector<size_t> cuts) {
         p->feed(std::string_view(text).substr(at, c - at), false, spans);
         at = c;
     }
-    p->feed({}, true, spans);
+    p->feed({}, true, spans, by_length);
     return collect(text, spans);
 }
 
 /// Parses `text` whole, and again byte by byte and in random pieces; requires the
-/// three to decide every byte alike; returns the whole-text result.
+/// three to decide every byte alike; returns the whole-text result. `by_length`: the
+/// output ends as max_tokens ends it.
 template <class Make>
-Parsed parse_all_ways(Make make, const std::string& text) {
-    const Parsed whole = run_cut(make, text, {});
+Parsed parse_all_ways(Make make, const std::string& text, bool by_length = false) {
+    const Parsed whole = run_cut(make, text, {}, by_length);
     std::vector<size_t> bytes;
     for (size_t i = 1; i < text.size(); ++i) bytes.push_back(i);
-    const Parsed by_byte = run_cut(make, text, bytes);
+    const Parsed by_byte = run_cut(make, text, bytes, by_length);
     CHECK(by_byte.labels == whole.labels);
     std::mt19937 rng(12345);
     for (int round = 0; round < 4; ++round) {
         std::vector<size_t> cuts;
         for (size_t i = 1; i < text.size(); ++i)
             if (rng() % 5 == 0) cuts.push_back(i);
-        const Parsed random = run_cut(make, text, cuts);
+        const Parsed random = run_cut(make, text, cuts, by_length);
         CHECK(random.labels == whole.labels);
         REQUIRE(random.calls.size() == whole.calls.size());
         for (size_t i = 0; i < whole.calls.size(); ++i) CHECK(random.calls[i].name == whole.calls[i].name);
