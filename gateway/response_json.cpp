@@ -152,14 +152,18 @@ void legacy_logprobs(Writer& w, const model::Tokenizer& tok, const std::vector<L
             w.Null();
             continue;
         }
-        // Keys must be unique: two ids with the same text keep the larger logprob.
+        // Keys must be unique: two ids with the same text keep the larger logprob. The
+        // sampled token is always listed (OpenAI: "up to logprobs+1 elements"; vLLM lists
+        // it with logprobs 0 too).
         std::vector<std::pair<std::string, float>> keyed;
-        for (const auto& [id, lp] : entries[i].top) {
+        auto add = [&](int32_t id, float lp) {
             std::string key = display(tok, as_ids, id, tok.token_bytes(id), tok.vocab().is_special(id));
             auto it = std::find_if(keyed.begin(), keyed.end(), [&](const auto& kv) { return kv.first == key; });
             if (it == keyed.end()) keyed.emplace_back(std::move(key), lp);
             else it->second = std::max(it->second, lp);
-        }
+        };
+        for (const auto& [id, lp] : entries[i].top) add(id, lp);
+        add(entries[i].token, entries[i].logprob);
         w.StartObject();
         for (const auto& [k, lp] : keyed) {
             str(w, k);
@@ -286,8 +290,9 @@ void choice(Writer& w, const GenerationRequest& req, const model::Tokenizer& tok
         }
         if (!chunk || !c.text.empty() || c.first_chunk) {
             w.Key("content");
-            // With tool calls and no text, content is null (as OpenAI answers).
-            if (!chunk && c.text.empty() && !c.tool_calls.empty()) w.Null();
+            // With tool calls or reasoning and no text, content is null (as OpenAI answers a
+            // tool-only turn, and vLLM and DeepSeek one that is all reasoning).
+            if (!chunk && c.text.empty() && (!c.tool_calls.empty() || !c.reasoning.empty())) w.Null();
             else str(w, c.text);
         }
         if (!c.reasoning.empty()) {

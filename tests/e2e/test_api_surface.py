@@ -204,6 +204,47 @@ class Errors(loomtest.GatewayTestCase):
         self.assertEqual(self.gw.get("/health")[0], 200)
 
 
+class LogprobsZero(loomtest.GatewayTestCase):
+    """Completions' logprobs 0 and chat's top_logprobs 0 still list the sampled token (issue
+    40, item 7), as vLLM does; completions always list it among top_logprobs (OpenAI: up
+    to logprobs+1 entries)."""
+
+    gateway_model = MODEL
+
+    def test_the_sampled_token_is_listed(self):
+        case = REF["cases"][0]
+        st, body = self.gw.post(COMP, {"model": NAME, "prompt": case["prompt"], "max_tokens": 6, "temperature": 0,
+                                       "logprobs": 0})
+        self.assertEqual(st, 200, body)
+        lp = body["choices"][0]["logprobs"]
+        self.assertEqual("".join(lp["tokens"]), ", there was a little g")
+        for k, step in enumerate(case["steps"][:6]):
+            self.assertAlmostEqual(lp["token_logprobs"][k], step["logprob"], delta=2e-2)  # as test_walking_skeleton.py
+            self.assertEqual(lp["top_logprobs"][k], {lp["tokens"][k]: lp["token_logprobs"][k]})
+        # Sampled hot: the drawn token is listed whatever its rank, beside the top 2.
+        st, body = self.gw.post(COMP, {"model": NAME, "prompt": case["prompt"], "max_tokens": 16,
+                                       "temperature": 1.5, "seed": 3, "logprobs": 2})
+        self.assertEqual(st, 200, body)
+        lp = body["choices"][0]["logprobs"]
+        sizes = set()
+        for tok, val, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+            self.assertEqual(top[tok], val)
+            sizes.add(len(top))
+        self.assertTrue(sizes <= {2, 3}, sizes)
+        # Chat: each entry is the sampled token (token, logprob, bytes), with no alternatives.
+        st, body = self.gw.post(CHAT, {"model": NAME, "messages": msgs(case["prompt"]), "max_tokens": 4,
+                                       "temperature": 0, "logprobs": True, "top_logprobs": 0})
+        self.assertEqual(st, 200, body)
+        content = body["choices"][0]["logprobs"]["content"]
+        self.assertEqual(len(content), 4)
+        self.assertEqual(b"".join(bytes(e["bytes"]) for e in content),
+                         body["choices"][0]["message"]["content"].encode())
+        for e in content:
+            self.assertEqual(set(e), {"token", "logprob", "bytes", "top_logprobs"})
+            self.assertEqual(e["top_logprobs"], [])
+            self.assertLess(e["logprob"], 0)
+
+
 class Endpoints(loomtest.GatewayTestCase):
     gateway_model = MODEL
 

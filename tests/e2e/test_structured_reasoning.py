@@ -128,6 +128,14 @@ class DeepSeekR1Reasoning(ModelCopyTestCase):
         status, body = self.gw.post("/detokenize", {"model": self.model_id, "tokens": c["token_ids"]})
         self.assertEqual(body["prompt"], c["message"]["content"])
 
+    def test_reasoning_cut_by_max_tokens_leaves_content_null(self):
+        # Issue 40, item 7: the whole output is reasoning; the grammar never started.
+        c = self.ask(seed=0, max_tokens=3, response_format={"type": "json_object"})
+        self.assertEqual(c["finish_reason"], "length")
+        self.assertIsNone(c["message"]["content"])
+        self.assertTrue(c["message"]["reasoning_content"])
+        self.assertEqual(c["logprobs"]["content"], [])
+
 
 if __name__ == "__main__":
     main()

@@ -152,7 +152,7 @@ class ReplayCase(ModelCopyTestCase):
                     lp["tool_calls"][t["index"]]["name"] += tl["name"]
                     lp["tool_calls"][t["index"]]["arguments"] += tl["arguments"]
                 finish = ch["finish_reason"] or finish
-        message = {"role": "assistant", "content": content or (None if calls else "")}
+        message = {"role": "assistant", "content": content or (None if calls or reasoning else "")}
         if reasoning:
             message["reasoning_content"] = reasoning
         if calls:
@@ -365,6 +365,14 @@ class HarmonyChannels(ReplayCase):
         self.assertEqual(c["finish_reason"], "tool_calls")
         for e in c["logprobs"]["reasoning_content"]:
             self.assertIsNotNone(e["bytes"])  # the control tokens went to no part
+
+    def test_all_reasoning_leaves_content_null(self):
+        # Issue 40, item 7: as for a tool-only answer, content is null, not "".
+        self.replay("<|channel|>analysis<|message|>Still thinking about the weather")
+        c = self.both()
+        self.assertIsNone(c["message"]["content"])
+        self.assertEqual(c["message"]["reasoning_content"], "Still thinking about the weather")
+        self.assertEqual(c["logprobs"]["content"], [])
 
     def test_final_channel_is_content(self):
         self.replay("<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hi there.")
