@@ -5,7 +5,9 @@
 // vLLM's prompt_logprobs and return_token_ids; content parts on a templated model;
 // chat.completions.parse with a JSON schema and a strict tool (message.parsed, parsed_arguments);
 // the Responses API's structured output and function tools (responses.parse with a zod
-// schema, the AI SDK's generateObject, function_call items streamed and not).
+// schema, the AI SDK's generateObject, function_call items streamed and not); LangChain's
+// ChatOpenAI (@langchain/openai: withStructuredOutput, bindTools) on a reasoning template,
+// with structured output after </think> and forced calls cut by max_tokens.
 // Run by CTest (tests/openai/CMakeLists.txt) with node's built-in test runner:
 //   LOOM_BIN=build/bin LOOM_SHARED=../shared node --test tests/openai/
 import { after, before, describe, test } from 'node:test';
@@ -657,5 +659,100 @@ describe('structured output and tools on the Responses API (openai responses.par
     });
     assert.equal(next.status, 'incomplete');
     assert.ok(next.usage.input_tokens > r.usage.input_tokens);
+  });
+});
+
+// LangChain's ChatOpenAI (npm @langchain/openai) and the openai client on a reasoning
+// template (issue 40, items 1 and 2): a copy of stories260K with DeepSeek R1's template
+// whose "." token is renamed </think> (user-defined, as in DeepSeek's vocabulary), so the
+// story model closes its reasoning where it ends its first sentence.
+describe('a reasoning template: withStructuredOutput after </think>, and a cut forced call', () => {
+  const R1 = 'r1-think';
+  let gw;
+  let dir;
+  let client;
+  before(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), 'loom-openai-r1-'));
+    const model = path.join(dir, `${R1}.gguf`);
+    const { execFileSync } = await import('node:child_process');
+    execFileSync('python3', ['-c', [
+      'import sys',
+      'sys.path.insert(0, sys.argv[1])',
+      'import gguf_edit as g',
+      'g.edit(sys.argv[2], sys.argv[3], chat_template=open(sys.argv[4], encoding="utf-8").read(),',
+      '       replace_tokens={".": ("</think>", g.USER_DEFINED)},',
+      '       set_kv={"tokenizer.ggml.add_space_prefix": (g.BOOL, False), "llama.context_length": (g.U32, 8192)})',
+    ].join('\n'), path.join(HERE, '..', 'e2e'), MODEL_FILE, model,
+    path.join(SHARED, 'models', 'templates', 'deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja')]);
+    gw = await startGatewayOn(model, []);
+    await waitReady(gw.port);
+    client = clientFor(gw.port, 'unused');
+  });
+  after(async () => {
+    await stopGateway(gw);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('LangChain withStructuredOutput parses what follows the reasoning (json schema, function calling)', async () => {
+    const { ChatOpenAI } = await import('@langchain/openai');
+    const { z } = await import('zod');
+    const Pet = z.object({ kind: z.enum(['cat', 'dog']), legs: z.number().int().min(0).max(8) });
+    const llm = new ChatOpenAI({
+      model: R1, apiKey: 'unused', configuration: { baseURL: `http://127.0.0.1:${gw.port}/v1` }, maxRetries: 0,
+      temperature: 1, maxTokens: 300, modelKwargs: { seed: 1, chat_template_kwargs: { enable_thinking: true } },
+    });
+    for (const method of ['jsonSchema', 'functionCalling']) {
+      const { raw, parsed } = await llm.withStructuredOutput(Pet, { method, includeRaw: true, name: 'pet' })
+        .invoke('Tell me about a cat');
+      assert.ok(['cat', 'dog'].includes(parsed.kind), JSON.stringify(raw));
+      assert.ok(Number.isInteger(parsed.legs) && parsed.legs >= 0 && parsed.legs <= 8, JSON.stringify(raw));
+    }
+    // The same request through the openai client: the reasoning is its own part, the JSON the content.
+    const r = await client.chat.completions.create({
+      model: R1, messages: messages('Tell me about a cat'), max_tokens: 300, temperature: 1, seed: 1, logprobs: true,
+      chat_template_kwargs: { enable_thinking: true },
+      response_format: { type: 'json_object' },
+    });
+    const m = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.ok(m.reasoning_content.length > 3 && !m.reasoning_content.includes('</think>'), m.reasoning_content);
+    assert.equal(typeof JSON.parse(m.content), 'object');
+    assert.deepEqual(joinedBytes(r.choices[0].logprobs.content), Buffer.from(m.content, 'utf8'));
+    assert.deepEqual(joinedBytes(r.choices[0].logprobs.reasoning_content), Buffer.from(m.reasoning_content, 'utf8'));
+  });
+
+  test('a forced call cut by max_tokens never comes back as content, streamed or not', async () => {
+    const tools = [{ type: 'function', function: { name: 'get_time', parameters: {
+      type: 'object', properties: { tz: { enum: ['UTC', 'CET'] } }, required: ['tz'] } } }];
+    let named = 0; // the first max_tokens that cut after the name
+    for (let n = 1; n <= 120; n += 7) {
+      const body = {
+        model: R1, messages: messages('What time is it?'), tools, tool_choice: 'required', max_tokens: n, temperature: 0,
+      };
+      const r = await client.chat.completions.create(body);
+      const c = r.choices[0];
+      assert.equal(c.finish_reason, 'length', JSON.stringify(c));
+      assert.equal(c.message.content ?? '', '', `max_tokens ${n}: ${c.message.content}`); // null with a call
+      for (const t of c.message.tool_calls ?? []) assert.equal(t.function.name, 'get_time');
+      if (!named && c.message.tool_calls?.length) named = n;
+      let streamed = '';
+      for await (const chunk of await client.chat.completions.create({ ...body, stream: true })) {
+        streamed += chunk.choices[0]?.delta?.content ?? '';
+      }
+      assert.equal(streamed, '', `max_tokens ${n}, streamed`);
+    }
+    assert.ok(named > 0); // some cuts fell after the name: a call, with what arguments there were
+    // LangChain's bindTools with tool_choice "any" (required), cut there and before: no text.
+    const { ChatOpenAI } = await import('@langchain/openai');
+    for (const [maxTokens, calls] of [[named, 1], [named - 7, 0]]) {
+      const llm = new ChatOpenAI({
+        model: R1, apiKey: 'unused', configuration: { baseURL: `http://127.0.0.1:${gw.port}/v1` }, maxRetries: 0,
+        maxTokens, temperature: 0,
+      });
+      const msg = await llm.bindTools(tools, { tool_choice: 'any' }).invoke('What time is it?');
+      assert.equal(msg.content, '');
+      assert.equal(msg.tool_calls.length + msg.invalid_tool_calls.length, calls, JSON.stringify(msg));
+      if (calls) assert.equal((msg.tool_calls[0] ?? msg.invalid_tool_calls[0]).name, 'get_time');
+    }
   });
 });
