@@ -12,7 +12,7 @@
 //   LOOM_BIN=build/bin LOOM_SHARED=../shared node --test tests/openai/
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -95,6 +95,24 @@ async function stopGateway(gw) {
 const joinedBytes = (entries) => Buffer.from(entries.flatMap((e) => e.bytes ?? []));
 const clientFor = (port, apiKey = KEY) =>
   new OpenAI({ apiKey, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0, timeout: 60000 });
+
+// For a describe block: a gateway on the model file that make(dir) writes (and returns the
+// path of) in a fresh folder, removed after the block. Returns {gw, client}, set once started.
+function gatewayOnModelFrom(prefix, make) {
+  const ctx = {};
+  let dir;
+  before(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), prefix));
+    ctx.gw = await startGatewayOn(make(dir), []);
+    await waitReady(ctx.gw.port);
+    ctx.client = clientFor(ctx.gw.port, 'unused');
+  });
+  after(async () => {
+    await stopGateway(ctx.gw);
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return ctx;
+}
 
 describe('loom-gateway through the openai client', () => {
   let gw;
@@ -516,26 +534,16 @@ describe('the Responses API, echo scoring and vLLM extensions through the openai
 });
 
 describe('content parts on a model with a chat template', () => {
-  let gw;
-  let dir;
-  let client;
-  before(async () => {
-    dir = mkdtempSync(path.join(tmpdir(), 'loom-openai-tmpl-'));
+  const served = gatewayOnModelFrom('loom-openai-tmpl-', (dir) => {
     const model = path.join(dir, 'qwen-templated.gguf');
-    const { execFileSync } = await import('node:child_process');
     execFileSync(path.join(BIN, 'loom-make-model'), [
       '--out', model, '--chat-template', path.join(SHARED, 'models', 'templates', 'Qwen-Qwen2.5-7B-Instruct.jinja'),
     ]);
-    gw = await startGatewayOn(model, []);
-    await waitReady(gw.port);
-    client = clientFor(gw.port, 'unused');
-  });
-  after(async () => {
-    await stopGateway(gw);
-    rmSync(dir, { recursive: true, force: true });
+    return model;
   });
 
   test('text parts render as the same text given as a string; /tokenize counts what chat renders', async () => {
+    const { gw, client } = served;
     const parts = [{ role: 'user', content: [{ type: 'text', text: 'Hello' }, { type: 'text', text: 'there' }] }];
     const a = await client.chat.completions.create({ model: 'qwen-templated', messages: parts, max_tokens: 2, temperature: 0 });
     const b = await client.chat.completions.create({
@@ -558,29 +566,17 @@ describe('content parts on a model with a chat template', () => {
 // the Responses API): a copy of stories260K with Qwen2.5's template (hermes tool calls),
 // served by the CPU engine, whose grammar shapes the output.
 describe('structured output and tools on the Responses API (openai responses.parse, AI SDK generateObject)', () => {
-  let gw;
-  let dir;
-  let client;
-  let baseURL;
   const model = 'qwen-responses';
-  before(async () => {
-    dir = mkdtempSync(path.join(tmpdir(), 'loom-openai-resp-'));
+  const served = gatewayOnModelFrom('loom-openai-resp-', (dir) => {
     const file = path.join(dir, `${model}.gguf`);
-    const { execFileSync } = await import('node:child_process');
     execFileSync(path.join(BIN, 'loom-make-model'), [
       '--out', file, '--chat-template', path.join(SHARED, 'models', 'templates', 'Qwen-Qwen2.5-7B-Instruct.jinja'),
     ]);
-    gw = await startGatewayOn(file, []);
-    await waitReady(gw.port);
-    baseURL = `http://127.0.0.1:${gw.port}/v1`;
-    client = clientFor(gw.port, 'unused');
-  });
-  after(async () => {
-    await stopGateway(gw);
-    rmSync(dir, { recursive: true, force: true });
+    return file;
   });
 
   test('responses.parse with a zod schema: output_parsed follows it, text.format is echoed', async () => {
+    const { client } = served;
     const { z } = await import('zod');
     const { zodTextFormat } = await import('openai/helpers/zod');
     const Mood = z.object({ mood: z.enum(['happy', 'sad']), count: z.number().int().min(0).max(9) });
@@ -604,6 +600,7 @@ describe('structured output and tools on the Responses API (openai responses.par
   });
 
   test('generateObject through the AI SDK default provider (the Responses API)', async () => {
+    const baseURL = `http://127.0.0.1:${served.gw.port}/v1`;
     const { z } = await import('zod');
     const { generateObject } = await import('ai');
     const { createOpenAI } = await import('@ai-sdk/openai');
@@ -623,6 +620,7 @@ describe('structured output and tools on the Responses API (openai responses.par
   });
 
   test('function tools: a forced call as a function_call item, streamed and not, and its result sent back', async () => {
+    const { client } = served;
     const tools = [{
       type: 'function', name: 'get_time', description: 'the time in a zone', strict: true,
       parameters: { type: 'object', properties: { tz: { type: 'string', enum: ['UTC', 'CET'] } }, required: ['tz'],
@@ -668,13 +666,8 @@ describe('structured output and tools on the Responses API (openai responses.par
 // story model closes its reasoning where it ends its first sentence.
 describe('a reasoning template: withStructuredOutput after </think>, and a cut forced call', () => {
   const R1 = 'r1-think';
-  let gw;
-  let dir;
-  let client;
-  before(async () => {
-    dir = mkdtempSync(path.join(tmpdir(), 'loom-openai-r1-'));
+  const served = gatewayOnModelFrom('loom-openai-r1-', (dir) => {
     const model = path.join(dir, `${R1}.gguf`);
-    const { execFileSync } = await import('node:child_process');
     execFileSync('python3', ['-c', [
       'import sys',
       'sys.path.insert(0, sys.argv[1])',
@@ -684,16 +677,11 @@ describe('a reasoning template: withStructuredOutput after </think>, and a cut f
       '       set_kv={"tokenizer.ggml.add_space_prefix": (g.BOOL, False), "llama.context_length": (g.U32, 8192)})',
     ].join('\n'), path.join(HERE, '..', 'e2e'), MODEL_FILE, model,
     path.join(SHARED, 'models', 'templates', 'deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja')]);
-    gw = await startGatewayOn(model, []);
-    await waitReady(gw.port);
-    client = clientFor(gw.port, 'unused');
-  });
-  after(async () => {
-    await stopGateway(gw);
-    rmSync(dir, { recursive: true, force: true });
+    return model;
   });
 
   test('LangChain withStructuredOutput parses what follows the reasoning (json schema, function calling)', async () => {
+    const { gw, client } = served;
     const { ChatOpenAI } = await import('@langchain/openai');
     const { z } = await import('zod');
     const Pet = z.object({ kind: z.enum(['cat', 'dog']), legs: z.number().int().min(0).max(8) });
@@ -722,6 +710,7 @@ describe('a reasoning template: withStructuredOutput after </think>, and a cut f
   });
 
   test('a forced call cut by max_tokens never comes back as content, streamed or not', async () => {
+    const { gw, client } = served;
     const tools = [{ type: 'function', function: { name: 'get_time', parameters: {
       type: 'object', properties: { tz: { enum: ['UTC', 'CET'] } }, required: ['tz'] } } }];
     let named = 0; // the first max_tokens that cut after the name
