@@ -70,7 +70,7 @@ private:
     }
 
     // Cut after a complete name: V3.1's header before the separator ("function" is R1's
-    // type, its name still to come), or R1's name line.
+    // type, its name still to come; Kimi's holds the name), or R1's name line.
     void cut_call() override {
         size_t nb = header_, ne = sep_;
         if (st_ == St::R1Name) {
@@ -78,7 +78,9 @@ private:
             ne = buf_.find('\n', nb);
             if (ne == std::string::npos) return;
             if (ne > nb && buf_[ne - 1] == '\r') --ne;
-        } else if (st_ != St::AfterSep || buf_.compare(header_, sep_ - header_, "function") == 0) {
+        } else if (st_ != St::AfterSep || (m_.r1 && buf_.compare(header_, sep_ - header_, "function") == 0)) {
+            return;
+        } else if (m_.kimi_ids && !kimi_name(nb, ne)) {
             return;
         }
         if (!plausible_name(std::string_view(buf_).substr(nb, ne - nb))) return;

@@ -98,6 +98,11 @@ TEST_CASE("cut calls: the other families") {
                   "{\"tz\" 1}",
                   "OK.",
                   1});
+    // Kimi K2: the V3.1 form with its own markers; the header "functions.NAME:IDX" holds the name.
+    const OutputOptions k = tools_of(ToolFamily::KimiK2);
+    const std::string kb = "<|tool_calls_section_begin|><|tool_call_begin|>";
+    check_cut(k, {kb + "functions.get_time:0<|tool_call_argument_begin|>", "", {"get_time"}, ""});
+    check_cut(k, {kb + "functions.get_time:0<|tool_call_argu", "", {}});
     // Forced calls without a template syntax: a JSON list of {"name", "parameters"}.
     OutputOptions c;
     c.constrained = true;
