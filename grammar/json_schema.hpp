@@ -64,8 +64,9 @@ private:
 
 /// The whitespace a JSON grammar allows between tokens (see the file comment).
 struct JsonOptions {
-    /// Most spaces or tabs after a line break: 24 indents 6 levels by 4 or 12 by 2.
-    uint32_t max_indent = 24;
+    /// Most spaces or tabs after a line break: 16 indents 4 levels by 4 or 8 by 2 (more would
+    /// grow the automaton of a large schema past GrammarLimits::max_memory).
+    uint32_t max_indent = 16;
     /// No whitespace anywhere (compact JSON).
     bool compact = false;
 };

@@ -292,9 +292,9 @@ TEST_CASE("json schema: whitespace is one space or one line break and an indenta
     CHECK(s(R"({ "a": [ 1, 2 ], "b": 3 })"));
     CHECK(s("{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": 3\n}"));
     CHECK(s("{\r\n\t\"a\": [\r\n\t\t1]}"));
-    const std::string i24(24, ' '), i25(25, ' ');
-    CHECK(s("{\n" + i24 + "\"a\": []}"));
-    CHECK_FALSE(s("{\n" + i25 + "\"a\": []}"));  // at most 24 spaces or tabs of indentation
+    const std::string i16(16, ' '), i17(17, ' ');
+    CHECK(s("{\n" + i16 + "\"a\": []}"));
+    CHECK_FALSE(s("{\n" + i17 + "\"a\": []}"));  // at most 16 spaces or tabs of indentation
     // What a small model writes when whitespace is free: a space then a line break, runs
     // of line breaks, two spaces; all refused, so the JSON goes on.
     CHECK_FALSE(s("{ \n\"a\": []}"));
