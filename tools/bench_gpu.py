@@ -12,7 +12,7 @@ Usage: bench_gpu.py --bin DIR --models A.gguf [B.gguf ...] [--json out.json]
 
 Each --variant runs loom-gpu-bench again (decode only) with those GPU options added, after the
 default run, and the summary compares its decode rate with the default's from the same run (e.g.
-kvf32:--kv-f32 for the F32 KV pool, invariant:--batch-invariant, nographs:--no-graphs,
+kvf32:--kv-f32 for the F32 KV pool, exact:--precision=exact, nographs:--no-graphs,
 mv16:--matvec-rows,16).
 """
 import argparse

@@ -5,12 +5,10 @@
 // a prefill chunk). Prints a table and one JSON line ("BENCH {...}") for tools/bench_gpu.py.
 //
 // Usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] [GPU options]
-// where the GPU options are the engine's: --kv-f32, --batch-invariant, --split-products, --no-graphs,
-// --no-fuse-rope, --own-gemm, --matvec-rows N, --decode-gemm-rows N, --decode-gemm-f16, --decode-gemm-tiled,
-// --tiled-prefill-attn / --gemm-prefill-attn / --gemm16-prefill-attn / --flash-prefill-attn (the
-// engine's --prefill-attn tiled / gemm / gemm16 / flash); --ctx N; --prefill-list N,N,... times only those
-// prefills (TTFT of the backend); --step-rows N,N,... times and profiles only decode steps of
-// those many rows (one row a sequence, after 128-token prompts), with top-K logprobs under
+// where the GPU options are the engine's, parsed by the same function (gpu_options.hpp:
+// --precision TIER, --kv-f32, --ctx N, --prefill-attn MODE, --matvec-rows N, ...; --ctx defaults
+// to 4096 here); --prefill-list N,N,... times only those prefills (TTFT of the backend);
+// --step-rows N,N,... times and profiles only decode steps of those many rows (one row a sequence, after 128-token prompts), with top-K logprobs under
 // --step-logprobs K.
 #include <algorithm>
 #include <chrono>
@@ -191,30 +189,20 @@ int main(int argc, char** argv) {
     opts.kv_tokens = 8 * 4096;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
+        try {
+            if (gpu::parse_gpu_option(argc, argv, i, opts)) continue;
+        } catch (const std::invalid_argument& e) {
+            std::fprintf(stderr, "loom-gpu-bench: %s\n", e.what());
+            return 2;
+        }
         auto next = [&]() { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
         if (a == "--decode-only") decode_only = true;
         else if (a == "--model" && i + 1 < argc) model = argv[++i];
         else if (a == "--prompt") prompt = next();
         else if (a == "--gen") gen = next();
-        else if (a == "--kv-f32") opts.kv_f32 = true;
-        else if (a == "--batch-invariant") opts.batch_invariant = true;
-        else if (a == "--split-products") opts.split_products = true;
-        else if (a == "--no-graphs") opts.graphs = false;
-        else if (a == "--no-fuse-rope") opts.fuse_rope = false;
-        else if (a == "--own-gemm") opts.own_gemm = true;
-        else if (a == "--tiled-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Tiled;
-        else if (a == "--gemm-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Gemm;
-        else if (a == "--gemm16-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Gemm16;
-        else if (a == "--flash-prefill-attn") opts.prefill_attn = gpu::GpuOptions::PrefillAttn::Flash;
-        else if (a == "--ctx") opts.n_ctx = next();
         else if (a == "--prefill-list" && i + 1 < argc) prefill_list = int_list(argv[++i]);
         else if (a == "--step-rows" && i + 1 < argc) step_rows = int_list(argv[++i]);
         else if (a == "--step-logprobs") step_logprobs = next();
-        else if (a == "--matvec-rows") opts.matvec_rows = next();
-        else if (a == "--decode-gemm-rows") opts.decode_gemm_rows = next();
-        else if (a == "--decode-gemm-f16") opts.decode_gemm_f16 = true;
-        else if (a == "--decode-gemm-tiled") opts.decode_gemm_tiled = true;
-        else if (a == "--no-matvec-single") opts.matvec_single = false;
         else {
             std::fprintf(stderr, "loom-gpu-bench: unknown option %s\n", a.c_str());
             return 2;
@@ -232,14 +220,11 @@ int main(int argc, char** argv) {
     if (model.empty() || prompt < 1 || gen < 1 || prompt + gen + 8 > opts.n_ctx ||
         std::find_if(prefill_list.begin(), prefill_list.end(), [](int n) { return n < 1; }) != prefill_list.end() ||
         std::find_if(step_rows.begin(), step_rows.end(), [](int n) { return n < 1; }) != step_rows.end()) {
-        std::fprintf(
-            stderr,
-            "usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] "
-            "[--kv-f32] [--batch-invariant] [--split-products] [--no-graphs] [--no-fuse-rope] [--own-gemm] "
-            "[--matvec-rows N] [--tiled-prefill-attn | --gemm-prefill-attn | --gemm16-prefill-attn | "
-            "--flash-prefill-attn] "
-            "[--ctx N] [--prefill-list N,N,...] [--step-rows N,N,...] [--step-logprobs K] [--decode-gemm-rows N] "
-            "[--decode-gemm-f16] [--decode-gemm-tiled] [--no-matvec-single]\n");
+        std::fprintf(stderr,
+                     "usage: loom-gpu-bench --model FILE [--prompt 512] [--gen 128] [--decode-only] "
+                     "[--prefill-list N,N,...] [--step-rows N,N,...] [--step-logprobs K] [GPU options]\n"
+                     "GPU options (the engine's):\n%s",
+                     gpu::gpu_options_help());
         return 2;
     }
     const double bw = copy_bandwidth();

@@ -6,13 +6,15 @@ logprobs (PLP) of prompt + reference continuation, against shared/reference/*.js
 the CPU engine; (2) a greedy run with logprobs=20 on both engines: same tokens, logprob gaps;
 (3) a seeded sampling run with filters on both engines. Exit status 1 when a check fails.
 
-The tolerances below hold for the F32 KV pool (--engine-arg=--kv-f32); with the engine's default
-F16 pool (K and V rounded to F16) every tolerance is at least F16_KV_TOL.
+The tolerances below hold for the F32 KV pool (--engine-arg=--kv-f32, or --precision accurate or
+exact); with the default tier's F16 pool (K and V rounded to F16) every tolerance is at least
+F16_KV_TOL.
 
-With --engine-arg=--batch-invariant --engine-arg=--kv-f32 every product runs in F32 (the
-8-vector matvec, weights decoded exactly as the CPU engine decodes them) and --cpu-tol 2e-3
-holds for every model, the quantized ones included; the default paths round weights and
-activations to F16 in their tensor-core products (about 1e-2 on the wide quantized models).
+With --engine-arg=--precision=exact every product runs in F32 (the 8-vector matvec, weights
+decoded exactly as the CPU engine decodes them) and --cpu-tol 2e-3 holds for every model, the
+quantized ones included (with --precision=accurate too: the GEMM paths' products on F16 high and
+low parts); the default tier rounds weights and activations to F16 in its tensor-core products
+(about 1e-2 on the wide quantized models).
 
 Usage: check_gpu.py --engine BIN --cpu-engine BIN --models DIR --refs DIR [--only NAME ...] [--cpu-tol X]
        check_gpu.py --engine BIN --cpu-engine BIN --model8b FILE --steps 64   (random 8B models)
@@ -41,8 +43,8 @@ MODELS = [
     # (its 8-bit activations), so here too only vs cpu is a close check. Their prompts run
     # through the tensor-core decode GEMM, whose F16 operands (each weight rounded to F16) put
     # them 1.1e-2 (Q8_0, Q6_K) to 3.0e-2 (Q4_K) from the CPU engine on an H100 (2026-12-05), where
-    # a wrong block layout or scale is 0.1 or more; --cpu-tol 2e-3 with F32 products (--batch-
-    # invariant --kv-f32) is the close check (gpu_check.sh exact: 1.5e-5).
+    # a wrong block layout or scale is 0.1 or more; --cpu-tol 2e-3 with F32 products (--precision
+    # exact) is the close check (gpu_check.sh exact: 1.5e-5).
     ("wide/stories260K-wide-q8_0.gguf", "stories260K-wide-q8_0.json", 2e-1, 4e-2),
     ("wide/stories260K-wide-q4_k.gguf", "stories260K-wide-q4_k.json", 2e-1, 4e-2),
     ("wide/stories260K-wide-q6_k.gguf", "stories260K-wide-q6_k.json", 2e-1, 4e-2),
@@ -207,6 +209,21 @@ def check_8b(args):
     return same == len(ct)
 
 
+def kv_pool_f32(engine_args):
+    """Whether a GPU engine started with `engine_args` keeps its KV cache in F32: --kv-f32, or
+    --precision accurate or exact (the tiers' pool) without --kv-f16."""
+    if "--kv-f32" in engine_args:
+        return True
+    if "--kv-f16" in engine_args:
+        return False
+    for i, a in enumerate(engine_args):
+        if a.startswith("--precision="):
+            return a.split("=", 1)[1] != "fast"
+        if a == "--precision" and i + 1 < len(engine_args):
+            return engine_args[i + 1] != "fast"
+    return False
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", required=True)
@@ -219,13 +236,13 @@ def main():
     ap.add_argument("--model8b")
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--cpu-tol", type=float, help="one bound against the CPU engine for every model (e.g. 2e-3 "
-                    "with --engine-arg=--batch-invariant --engine-arg=--kv-f32, whose products are all F32)")
+                    "with --engine-arg=--precision=exact, whose products are all F32)")
     args = ap.parse_args()
     if args.model8b:
         sys.exit(0 if check_8b(args) else 1)
     ok = True
     results = []
-    f16_kv = "--kv-f32" not in args.engine_arg
+    f16_kv = not kv_pool_f32(args.engine_arg)
     for rel, ref, tr, tc in MODELS:
         if args.only and not any(o in rel for o in args.only):
             continue

@@ -20,12 +20,12 @@
 # tools/bench_serving.py at the engine protocol (SERVING_RUNS, SERVING_OPTS), and with
 # SERVING_GATEWAY=1 also through loom-gateway (same engine, streamed HTTP). small checks the
 # F32 KV pool (--kv-f32) against the tolerances of the CPU engine, small16 the default F16
-# pool against its own, exact every product in F32 (--batch-invariant --kv-f32) against the
+# pool against its own, exact every product in F32 (--precision exact) against the
 # CPU engine at 2e-3 for every model, the quantized ones included, split the GEMM paths' products
-# on F16 high and low parts (--split-products --kv-f32) at 2e-3 too (SMALL_EXTRA adds check_gpu.py
+# on F16 high and low parts (--precision accurate) at 2e-3 too (SMALL_EXTRA adds check_gpu.py
 # options to these four stages, e.g. "--engine-arg=--no-matvec-single"). bench also times the
 # variants in $BENCH_VARIANTS (bench_gpu.py
-# --variant NAME:ARGS: the F32 pool and --batch-invariant by default); BENCH_SKIP_GATEWAY=1
+# --variant NAME:ARGS: the F32 pool and --precision exact by default); BENCH_SKIP_GATEWAY=1
 # leaves out the gateway figures. sass writes the single-row matvec kernels' machine code and
 # opcode counts; ncu profiles a few decode matvecs (Nsight Compute, clocks left alone;
 # NCU_MODELS, NCU_KERNELS choose; NCU_BENCH_ARGS replaces the bench's arguments, NCU_SKIP the
@@ -96,7 +96,7 @@ fi
 export PYTHONUNBUFFERED=1
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(info sampler qgemm small small16 exact split gen check8b core bench sass ncu)
-BENCH_VARIANTS=${BENCH_VARIANTS:-"kvf32:--kv-f32 invariant:--batch-invariant"}
+BENCH_VARIANTS=${BENCH_VARIANTS:-"kvf32:--kv-f32 exact:--precision=exact"}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 
@@ -154,10 +154,10 @@ main() {
     case $st in  # title, summary heading, check_gpu.py options
       small) t="F32 KV pool" h="F32 KV" o=(--engine-arg=--kv-f32) ;;
       small16) t="F16 KV pool, the default" h="F16 KV" o=() ;;
-      exact) t="every product in F32 (--batch-invariant --kv-f32), 2e-3" h="F32 products and KV"
-        o=(--engine-arg=--batch-invariant --engine-arg=--kv-f32 --cpu-tol 2e-3) ;;
-      split) t="GEMM products on F16 high and low parts (--split-products --kv-f32), 2e-3" h="split products, F32 KV"
-        o=(--engine-arg=--split-products --engine-arg=--kv-f32 --cpu-tol 2e-3) ;;
+      exact) t="every product in F32 (--precision exact), 2e-3" h="F32 products and KV"
+        o=(--engine-arg=--precision=exact --cpu-tol 2e-3) ;;
+      split) t="GEMM products on F16 high and low parts (--precision accurate), 2e-3" h="split products, F32 KV"
+        o=(--engine-arg=--precision=accurate --cpu-tol 2e-3) ;;
     esac
     # SMALL_EXTRA: more check_gpu.py options for these stages, e.g. engine flags being tried.
     # shellcheck disable=SC2206
@@ -223,7 +223,7 @@ main() {
     for mode in ${PREFILL_MODES:-flash gemm}; do
       want prefill || break
       stamp "prefill (backend) $mode attention: $list"
-      timeout "$(left 200)" "$BIN/loom-gpu-bench" --model "$SHM/llama3-8b-f16.gguf" --$mode-prefill-attn \
+      timeout "$(left 200)" "$BIN/loom-gpu-bench" --model "$SHM/llama3-8b-f16.gguf" --prefill-attn "$mode" \
         --prefill-list "$list" >"$OUT/prefill-$mode.log" 2>&1
       grep -E "^prefill|^BENCHP" "$OUT/prefill-$mode.log" | sed "s/^/$mode: /" | tee -a "$SUMMARY"
     done
@@ -249,7 +249,7 @@ main() {
   if want core; then
     # The engine core v2 checks of tests/e2e/test_engine_core.py (alone, among 15 others, chunked
     # by 16, preempted, behind a cached prefix; cancel frees blocks) on loom-engine-cuda: bitwise
-    # with --batch-invariant, logprobs within 2e-3 without.
+    # with --precision exact, logprobs within 2e-3 without.
     stamp "engine core v2 on loom-engine-cuda (tests/e2e/test_engine_core.py EngineCore)"
     LOOM_BIN="$BIN" LOOM_SHARED="$DATA" LOOM_CORE_ENGINE="$BIN/loom-engine-cuda" LOOM_CORE_TOL=2e-3 \
       timeout 300 python3 tests/e2e/test_engine_core.py -v EngineCore 2>&1 | tee "$OUT/core.log"

@@ -5,7 +5,7 @@
 # what grows with the context (attention, its split combine) shows by name.
 # Usage: BIN=DIR [DATA=DIR] [OUT=DIR] [CONTEXTS="512 8192 30000"] bash tools/gpu_decode_ctx.sh
 # BIN: loom-gpu-bench and loom-make-model (carried; BIN/lib as tools/gpu_check.sh takes it).
-# The prompts are prefilled with the single-F16 attention product (--gemm16-prefill-attn), the
+# The prompts are prefilled with the single-F16 attention product (--prefill-attn gemm16), the
 # fastest, since only the decode after them is timed here.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,5 +18,5 @@ BIN=$(cd "$BIN" && pwd)
 for n in ${CONTEXTS:-512 8192 30000}; do
   echo "=== $(date +%T) decode after $n tokens"
   timeout 200 "$BIN/loom-gpu-bench" --model "${SHM:-/dev/shm/loom}/llama3-8b-f16.gguf" --decode-only --prompt "$n" \
-    --gen "${GEN:-32}" --ctx 32768 --gemm16-prefill-attn "$@" 2>&1 | tee "$OUT/decode-$n.log"
+    --gen "${GEN:-32}" --ctx 32768 --prefill-attn gemm16 "$@" 2>&1 | tee "$OUT/decode-$n.log"
 done

@@ -39,7 +39,7 @@ stamp "model $M"
 if has bench; then
   for mode in ${PREFILL_MODES:-flash gemm gemm16 tiled}; do
     stamp "backend prefill, $mode attention: $LIST"
-    timeout "$(left 200)" "$BIN/loom-gpu-bench" --model "$M" --$mode-prefill-attn --prefill-list "$LIST" 2>&1 |
+    timeout "$(left 200)" "$BIN/loom-gpu-bench" --model "$M" --prefill-attn "$mode" --prefill-list "$LIST" 2>&1 |
       tee "$OUT/prefill-$mode.log" | tee -a "$OUT/summary.txt"
   done
 fi

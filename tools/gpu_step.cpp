@@ -3,10 +3,11 @@
 // requests), and prints each request's greedy tokens with their top logprobs, one line per token:
 //   T <request> <token> <logprob> <id>:<logprob> ...
 // so that runs with different chunking, batching or prefix reuse can be compared (bitwise with
-// --batch-invariant) and against another engine.
+// --precision exact) and against another engine.
 //
 // Usage: loom-gpu-step-emu --model FILE --prompts 1,2,3;4,5 [--max-tokens N] [--chunk N]
-//        [--together] [--reuse-prefix] [--kv-f32] [--batch-invariant] [--logprobs K]
+//        [--together] [--reuse-prefix] [--logprobs K] [GPU options: the engine's, e.g.
+//        --precision exact, --kv-f32, --no-graphs; parsed by gpu_options.hpp's parse_gpu_option]
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -50,6 +51,12 @@ int main(int argc, char** argv) {
     opts.n_ctx = 512;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
+        try {
+            if (gpu::parse_gpu_option(argc, argv, i, opts)) continue;
+        } catch (const std::invalid_argument& e) {
+            std::fprintf(stderr, "loom-gpu-step-emu: %s\n", e.what());
+            return 2;
+        }
         auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
         if (a == "--model") model = next();
         else if (a == "--prompts") prompts = next();
@@ -58,9 +65,6 @@ int main(int argc, char** argv) {
         else if (a == "--logprobs") k = std::atoi(next().c_str());
         else if (a == "--together") together = true;
         else if (a == "--reuse-prefix") reuse = true;
-        else if (a == "--kv-f32") opts.kv_f32 = true;
-        else if (a == "--batch-invariant") opts.batch_invariant = true;
-        else if (a == "--no-graphs") opts.graphs = false;
         else {
             std::fprintf(stderr, "unknown option %s\n", a.c_str());
             return 2;
@@ -75,7 +79,8 @@ int main(int argc, char** argv) {
         reqs.push_back(r);
     }
     if (model.empty() || reqs.empty()) {
-        std::fprintf(stderr, "usage: loom-gpu-step-emu --model FILE --prompts 1,2;3,4 [...]\n");
+        std::fprintf(stderr, "usage: loom-gpu-step-emu --model FILE --prompts 1,2;3,4 [...] [GPU options]\n%s",
+                     gpu::gpu_options_help());
         return 2;
     }
     gpu::GpuBackend be(model, opts);

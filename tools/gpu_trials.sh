@@ -44,7 +44,7 @@ steps() {
     case $v in
       batched) args+=(--no-matvec-single) ;;
       tiled) args+=(--decode-gemm-tiled) ;;
-      split) args+=(--split-products) ;;
+      split) args+=(--precision accurate) ;;
       base) bench="$BASE_BIN/loom-gpu-bench" ;;
     esac
     timeout 120 "$bench" "${args[@]}" >"$OUT/steps-$i-$v.log" 2>&1

@@ -2,14 +2,14 @@
 
 The same request is run alone, among 15 concurrent others, with its prompt chunked
 (--max-batch-tokens 16), behind a cached prefix, and preempted (a small --kv-tokens); its
-T lines must be identical and its LP/PLP values bitwise equal with --batch-invariant (within
-1e-5 without). Prefix reuse: a request sharing 4 full blocks with an earlier one reports
+T lines must be identical and its LP/PLP values bitwise equal with --precision exact (within
+1e-5 without; the CPU engine is always exact, and takes the flag so that any engine can). Prefix reuse: a request sharing 4 full blocks with an earlier one reports
 cached_tokens and matches a cold run; through the gateway, usage.prompt_tokens_details. Two
 models: stories260K (F32) and TinyStories-656K (Q8_0), both with grouped-query attention.
 
 LOOM_CORE_ENGINE runs the EngineCore cases on another engine (tools/gpu_check.sh's `core` stage:
-loom-engine-cuda), LOOM_CORE_TOL sets the logprob tolerance without --batch-invariant (the
-GPU's is 2e-3, issue 10 item 9).
+loom-engine-cuda), LOOM_CORE_TOL sets the logprob tolerance without --precision exact (the
+GPU's default tier is within 2e-3, issue 10 item 9).
 """
 import os
 import random
@@ -133,7 +133,7 @@ class EngineCore(unittest.TestCase):
 
     def check_model(self, name, invariant):
         model, n_vocab = MODELS[name]
-        flag = ["--batch-invariant"] if invariant else []
+        flag = ["--precision", "exact"] if invariant else []
         prefix = self.prompt(64, n_vocab)  # 4 full blocks of 16
         target = prefix + [self.rng.randrange(3, n_vocab) for _ in range(11)]
         reqs = {

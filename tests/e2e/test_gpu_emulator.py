@@ -2,11 +2,11 @@
 on x86-64), against loom-engine-cpu over the protocol: same greedy tokens, and logprobs within
 2e-3 on the F32 model with the F32 KV pool (issue 5's bound), within 5e-2 with the default F16
 pool (K and V rounded to F16), and 2e-2 on the quantized models (their prefill GEMMs take F16
-operands), 2e-3 on those too with every product in F32 (--batch-invariant --kv-f32) and with
-the GEMM paths' products on F16 high and low parts (--split-products --kv-f32). Then
-engine core v2 (issue 10) on the GPU path: a request run alone, with its prompt
-chunked among concurrent requests, and with its prefix from the KV cache gives the same lines,
-bitwise with --batch-invariant, and the same tokens with logprobs within 2e-3 without it.
+operands), 2e-3 on those too with every product in F32 (--precision exact) and with the GEMM
+paths' products on F16 high and low parts (--precision accurate). Then engine core v2 (issue
+10) on the GPU path: a request run alone, with its prompt chunked among concurrent requests,
+and with its prefix from the KV cache gives the same lines, bitwise with --precision exact, and
+the same tokens with logprobs within 2e-3 without it.
 
 Skipped when loom-engine-gpuemu was not built (-DLOOM_GPU_EMU=OFF, or not x86-64). CI builds
 it, so a kernel change that breaks the GPU engine's logic fails here even without a GPU.
@@ -124,6 +124,27 @@ class GpuEmulator(unittest.TestCase):
         self.assertTrue(m, p.stdout)
         self.assertTrue(all(int(x) > 0 for x in m.groups()), p.stdout)  # every kind was checked
 
+    def test_print_plan(self):
+        # --print-plan: the forward plan's table (engine/backends/gpu/gpu_plan.hpp), then exit. On
+        # the emulator stories260K's F32 matrices take the matvec up to 8 rows (no decode GEMM
+        # there) and loom's GEMM beyond; exact takes the fixed 8-vector matvec for every step.
+        def plan(*args):
+            p = subprocess.run([EMU, "--model", shared(STORIES), "--print-plan", *args], input="", capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            return p.stdout
+        fast = plan()
+        self.assertTrue(fast.startswith("forward plan: precision fast, KV cache F16, products of 1-2048 rows\n"), fast)
+        self.assertIn("  matvec path: steps of up to 8 rows; decode GEMM: off; GEMM inputs F32; RMSNorm fused into "
+                      "one-row steps: yes\n", fast)
+        self.assertIn("layers 0-4: RoPE fused into the QKV matvec\n  q (f32 64x64):  1-8: matvec  9-2048: gemm\n", fast)
+        self.assertTrue(fast.endswith("logits:\n  output (f32 512x64):  1-8: matvec  9-2048: gemm\n"), fast)
+        exact = plan("--precision", "exact")
+        self.assertIn("KV cache F32", exact)
+        self.assertIn("  down (f32 64x172):  1-2048: matvec_fixed\n", exact)
+        self.assertIn("longer chunks: decode_all\n", exact)
+        self.assertIn("layers 0-4: RoPE after the QKV product\n", exact)
+
     def check(self, model, ref, tol, n_cases=3, args=(), keep=None):
         """Asserts the greedy tokens equal and the largest |logprob difference| below tol; returns it
         (and appends the engine's results to `keep` when given)."""
@@ -179,16 +200,16 @@ class GpuEmulator(unittest.TestCase):
 
     @unittest.skipIf(SANITIZED, "the wide models' 32 heads take minutes under ASan")
     def test_quantized_models_f32_products_within_2e3(self):
-        # --batch-invariant --kv-f32: every product in F32 on weights decoded as the CPU engine
+        # --precision exact (F32 KV pool): every product in F32 on weights decoded as the CPU engine
         # decodes them (the 8-vector matvec, prompts included), F32 K/V: 1.5e-5 here and on an
         # H100 for every shared model (tools/gpu_check.sh exact), so the F16 operands are what the
         # 2e-2 above allows for. Q4_K only (the farthest with F16 operands): minutes a model here.
         self.check("models/wide/stories260K-wide-q4_k.gguf", "reference/stories260K-wide-q4_k.json", 2e-3, 1,
-                   ["--kv-f32", "--batch-invariant"])
+                   ["--precision", "exact"])
 
     @unittest.skipIf(SANITIZED, "the wide models' 32 heads take minutes under ASan")
     def test_split_products_within_2e3(self):
-        # --split-products: every GEMM-path product on F16 high and low parts of its activations
+        # --precision accurate: every GEMM-path product on F16 high and low parts of its activations
         # and weights, each part product F16 x F16 with F32 sums as cuBLAS takes them (the
         # emulator runs them on its plain batched kernel). --matvec-rows 1 sends every step of
         # the three prompts (24 prefill rows, then 3 decode rows) through the GEMM path. Without
@@ -201,10 +222,11 @@ class GpuEmulator(unittest.TestCase):
         # copies' products are row by row the same in any batch, so they differ from the split
         # copies' at that position (another summation) only if the exact kernel ran.
         for rounding in ("--decode-gemm-tiled", "--decode-gemm-f16"):  # both round operands to F16
-            p = subprocess.run([EMU, "--model", shared(STORIES), "--split-products", rounding], input="", capture_output=True,
-                               text=True, timeout=60)
+            p = subprocess.run([EMU, "--model", shared(STORIES), "--precision", "accurate", rounding], input="",
+                               capture_output=True, text=True, timeout=60)
             self.assertEqual(p.returncode, 1)
-            self.assertTrue(p.stdout.startswith("ERR - split products take the decode GEMM's exact kernel"), p.stdout)
+            self.assertTrue(p.stdout.startswith("ERR - --precision accurate takes the decode GEMM's exact kernel"),
+                            p.stdout)
         args = ["--kv-f32", "--matvec-rows", "1"]
         q4 = ("models/wide/stories260K-wide-q4_k.gguf", "reference/stories260K-wide-q4_k.json")
         self.assertGreater(self.check(*q4, 5e-2, 3, args), 2e-3, "the GEMM path was not reached")
@@ -212,8 +234,8 @@ class GpuEmulator(unittest.TestCase):
         for t in ("q4_k", "f16"):
             with self.subTest(type=t):
                 self.check(f"models/wide/stories260K-wide-{t}.gguf", f"reference/stories260K-wide-{t}.json", 2e-3, 3,
-                           [*args, "--split-products"], runs)
-        exact = [*args, "--split-products", "--decode-gemm-rows", "64"]
+                           [*args, "--precision", "accurate"], runs)
+        exact = [*args, "--precision", "accurate", "--decode-gemm-rows", "64"]
         for t in ("q4_k", "q4_k_m"):
             with self.subTest(type=t, kernel="exact"):
                 self.check(f"models/wide/stories260K-wide-{t}.gguf", f"reference/stories260K-wide-{t}.json", 2e-3, 1,
@@ -226,28 +248,38 @@ class GpuEmulator(unittest.TestCase):
         # columns), which no shared model has: the default matvec path (one quantized row: the
         # single-vector kernel, RMSNorm and RoPE fused), the batched kernel for it
         # (--no-matvec-single; F16 runs its default), the fixed 8-vector tiling
-        # (--batch-invariant), RoPE outside the QKV matvec, and the tensor-core decode GEMM
+        # (--precision exact), RoPE outside the QKV matvec, and the tensor-core decode GEMM
         # for the 5-token prompt (its tile kernel: the emulator's GEMM input is F32, and the
         # fragment kernels, which take F16 activations, are loom-gpu-qgemm-test's), against the
         # CPU engine. The GEMM rounds weights and activations to F16, as the cuBLAS path does on
-        # CUDA: 2.1e-3 (F16) and 3.4e-3 (Q4_K_M) here, so 5e-3.
+        # CUDA: 2.1e-3 (F16) and 3.4e-3 (Q4_K_M) here, so 5e-3. Then every step on the GEMM path
+        # (--matvec-rows 1) of each weight type (BF16 and Q8_0 too): the weights as they are (F16)
+        # or dequantized to F16 (the others) in the fast tier, within 5e-3, and split into F16
+        # high and low parts with the activations' (--precision accurate), within 1e-4: the
+        # kernels tests/gpu/test_plan.cpp counts as covered on these types.
         cases = [{"prompt_ids": [1, 5, 9, 22, 301], "steps": [0] * 4}]
+        gemm = ["--matvec-rows", "1"]
+        accurate = ["--precision", "accurate", "--matvec-rows", "1"]
         with tempfile.TemporaryDirectory() as d:
             # Q4_K_M: Q4_K, with Q6_K for ffn_down and the output.
-            for t in ("q4_k_m",) if SANITIZED else ("f16", "q4_k_m"):
+            for t in ("q4_k_m",) if SANITIZED else ("f16", "bf16", "q8_0", "q4_k_m"):
                 model = os.path.join(d, f"{t}.gguf")
                 make_model(model, "--layers", "1", "--dim", "512", "--heads", "8", "--kv-heads", "2", "--ffn", "4352",
                            "--vocab", "1000", "--type", t, "--seed", "7")
                 want = generate(CPU, model, cases)["c0"]
                 tc = ["--decode-gemm-rows", "64", "--matvec-rows", "1", "--decode-gemm-f16"]
                 batched = ["--no-matvec-single"]  # Q4_K and Q6_K rows after a separate RMSNorm
-                for extra in ([[], batched, tc] if SANITIZED else
-                              [[], ["--batch-invariant"], ["--no-fuse-rope"], batched, tc]):
+                paths = [[], ["--precision", "exact"], ["--no-fuse-rope"], batched, tc]
+                if SANITIZED:
+                    paths = [[], batched, tc]
+                elif t in ("bf16", "q8_0"):
+                    paths = []
+                for extra in paths + [gemm, accurate]:
                     with self.subTest(type=t, args=extra):
                         got = generate(EMU, model, cases, ["--kv-f32", *extra])["c0"]
                         self.assertEqual([s[0] for s in got], [s[0] for s in want])
                         worst = max(abs(v - g[1][tok]) for w, g in zip(want, got) for tok, v in w[1].items())
-                        self.assertLess(worst, 5e-3 if extra == tc else 1e-4)
+                        self.assertLess(worst, 5e-3 if extra in (tc, gemm) else 1e-4)
                         if extra == tc:  # the F16 operands show: the prompt did go through the kernel
                             self.assertGreater(worst, 1e-6)
                 if t == "q4_k_m":
@@ -347,7 +379,7 @@ class GpuEmulator(unittest.TestCase):
                 mixed.of("a2")[1])
 
     def test_batch_invariant_lines_are_bitwise_equal(self):
-        a, c, a1, c1, a2, cached = self.batching("--batch-invariant")
+        a, c, a1, c1, a2, cached = self.batching("--precision", "exact")
         self.assertGreaterEqual(cached, 32)
         self.assertEqual(len([l for l in a if l.startswith("T ")]), 4)
         self.assertEqual(a1, a)

@@ -57,7 +57,31 @@ class Help(unittest.TestCase):
         self.assertEqual(table_flags(API, "## `loom-gateway` flags"), got)
 
     def test_engine(self):
-        self.check("loom-engine-cpu", ["--help", "--model", "--threads", "--ctx", "--parallel"])
+        text, _ = self.check("loom-engine-cpu", ["--help", "--model", "--threads", "--ctx", "--parallel", "--precision"])
+        self.assertIn("Precision is exact", text)
+        cpu = os.path.join(loomtest.BIN, "loom-engine-cpu")
+        # --precision exact is its only tier; the other tiers and the removed switch are refused by name.
+        for args, want in ((["--precision", "fast"], "--precision fast is not available"),
+                           (["--batch-invariant"], "--batch-invariant was replaced by --precision exact")):
+            out = subprocess.run([cpu, "--model", "x.gguf", *args], capture_output=True, text=True, timeout=30)
+            self.assertEqual(out.returncode, 2, args)
+            self.assertIn(want, out.stderr)
+
+    @unittest.skipUnless(os.path.exists(os.path.join(loomtest.BIN, "loom-engine-gpuemu")), "no loom-engine-gpuemu")
+    def test_gpu_engine(self):
+        # The GPU engines' options come from one parser (gpu_options.hpp), which the GPU tools share.
+        text, got = self.check("loom-engine-gpuemu", ["--help", "--model", "--precision", "--print-plan", "--kv-f32",
+                                                      "--kv-f16", "--prefill-attn", "--matvec-rows"], GPU, "docs/gpu.md")
+        self.assertNotIn("--batch-invariant", got)
+        self.assertNotIn("--split-products", got)
+        emu = os.path.join(loomtest.BIN, "loom-engine-gpuemu")
+        for args, want in ((["--batch-invariant"], "--batch-invariant was replaced by --precision exact"),
+                           (["--split-products"], "--split-products was replaced by --precision accurate"),
+                           (["--precision", "best"], "bad value 'best' for --precision (fast, accurate or exact)"),
+                           (["--precision"], "--precision needs a value")):
+            out = subprocess.run([emu, "--model", "x.gguf", *args], capture_output=True, text=True, timeout=30)
+            self.assertEqual(out.returncode, 2, args)
+            self.assertTrue(out.stderr.startswith("loom-engine-gpuemu: " + want), out.stderr)
 
     @unittest.skipUnless(os.path.exists(os.path.join(loomtest.BIN, "loom-engine-gpuemu")),
                          "loom-engine-gpuemu not built (-DLOOM_GPU_EMU=OFF or not x86-64)")

@@ -17,7 +17,7 @@
 // prefix (dot_row_multi is bit-identical to dot_row for any number of vectors; attention
 // walks positions in increasing order; norms and sampling are per row). So a request's tokens
 // and logprobs are bitwise the same alone, batched, chunked, from the prefix cache or after a
-// preemption, at no cost; --batch-invariant is accepted and changes nothing.
+// preemption, at no cost: loom-engine-cpu's --precision exact, its only tier.
 #pragma once
 
 #include <memory>

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "engine/backends/cpu/cpu_backend.hpp"
 #include "engine/lifeline.hpp"
@@ -20,13 +21,15 @@ int main(int argc, char** argv) {
         "token of every running request and prefill chunks of new ones, up to\n"
         "--max-batch-tokens; full 16-token blocks are shared between requests with the\n"
         "same prefix; when the cache is full the latest request is preempted and later\n"
-        "recomputed. Results are bitwise the same whatever the batching (see\n"
-        "--batch-invariant).\n\n"
+        "recomputed. Precision is exact (the GPU engines' --precision exact): each\n"
+        "request's tokens and logprobs are bitwise the same whatever the batching,\n"
+        "chunking and prefix caching, every product in F32 over exactly decoded weights.\n\n"
         "Options");
     std::string model;
     int threads = 0, ctx = 0, parallel = 0, batch_tokens = 128;
     int64_t kv_tokens = 0;
     bool stats = false;
+    std::string precision;
     // clang-format off  (one option a line reads better than the chained calls clang-format makes)
     opts.add_options()("help,h", "print this help and exit")("model,m", po::value(&model),
                                                              "GGUF model file (required); weight types f32, f16, "
@@ -44,11 +47,18 @@ int main(int argc, char** argv) {
         "prefilled in chunks")("parallel,p", po::value(&parallel)->default_value(0),
                                "requests running at once, more wait in line (0: as many as the KV cache has blocks, "
                                "at most 1024; never more than --max-batch-tokens, so each decodes every step)")(
-        "batch-invariant", po::bool_switch(),
-        "make each request's tokens and logprobs bitwise independent of batching, chunking and "
-        "prefix caching; the CPU engine always is, so this changes nothing here")(
+        "precision", po::value(&precision)->default_value("exact"),
+        "exact, the only tier this engine has: each request's tokens and logprobs bitwise independent "
+        "of batching, chunking and prefix caching (accepted so that any engine can be given "
+        "--precision exact; fast and accurate are the GPU engines')")(
         "stats", po::bool_switch(&stats), "write the scheduler's counters to stderr at exit");
     // clang-format on
+    for (int i = 1; i < argc; ++i)
+        if (std::string(argv[i]) == "--batch-invariant") {
+            std::cerr << "loom-engine-cpu: --batch-invariant was replaced by --precision exact, which this engine "
+                         "always is\n";
+            return 2;
+        }
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -60,6 +70,12 @@ int main(int argc, char** argv) {
     if (vm.count("help")) {
         std::cout << opts << "\n";
         return 0;
+    }
+    if (precision != "exact") {
+        std::cerr << "loom-engine-cpu: --precision " << precision
+                  << " is not available: the CPU engine computes every product in F32 and is always exact "
+                     "(--precision exact); fast and accurate are tiers of the GPU engines\n";
+        return 2;
     }
     if (model.empty() || parallel < 0 || threads < 0 || ctx < 0 || kv_tokens < 0 || batch_tokens < 1) {
         std::cerr << "loom-engine-cpu: --model is required (and --max-batch-tokens >= 1; --parallel, --threads, "

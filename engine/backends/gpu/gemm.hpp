@@ -1,6 +1,6 @@
 // Prefill matrix products C[M x N] (+)= X[M x K] . W[N x K]^T: cuBLAS (cublasGemmEx, F16 or F32
 // operands, F32 accumulation and output) in CUDA builds, loom's own tiled GEMM (gemm_own in
-// kernels.hpp) in HIP and emulator builds or when asked for (GpuOptions::own_gemm).
+// kernels.hpp) in HIP and emulator builds or when asked for (GpuTuning::own_gemm).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +29,7 @@ public:
     void run(const void* W, bool w_f16, int64_t ldw, const float* x32, int64_t ldx32, const uint16_t* x16,
              int64_t ldx16, int M, int N, int K, float* C, int64_t ldc, bool accumulate);
 
-    /// The same product on F16 high and low parts (GpuOptions::split_products): with
+    /// The same product on F16 high and low parts (the split products of Precision::Accurate): with
     /// X = Xh + Xl (x_hi, x_lo: F16, leading dimension ldx16) and W = Wh + Wl (w_hi, and w_lo
     /// when not null: F16, leading dimension ldw), C (+)= Xh.Wh^T + Xl.Wh^T (+ Xh.Wl^T): two or
     /// three F16 products with F32 accumulation, F32's accuracy but for the dropped Xl.Wl^T (about

@@ -65,7 +65,7 @@ void GpuBackend::validate(const engine::StepPlan& plan) const {
             if (r.blocks[static_cast<size_t>(i)] < 0 || r.blocks[static_cast<size_t>(i)] >= geom_.n_blocks)
                 bad(who + "block id " + std::to_string(r.blocks[static_cast<size_t>(i)]) + " out of range");
         if (r.prompt_k > kMaxTop) bad(who + "prompt_k above " + std::to_string(kMaxTop));
-        if (!r.mask.empty() && r.mask.size() < mask_words_) bad(who + "token mask shorter than the vocabulary");
+        if (!r.mask.empty() && r.mask.size() < in_.mask_words) bad(who + "token mask shorter than the vocabulary");
         if (r.prompt_k >= 0) {
             const auto nt = static_cast<int64_t>(r.targets.size());
             if (nt != n && nt != n - 1)
@@ -88,81 +88,81 @@ void GpuBackend::build_rows(const engine::StepPlan& plan) {
     const auto short_chunk = [](size_t n) { return n <= static_cast<size_t>(kShortChunkRows); };
     std::vector<size_t> order;
     order.reserve(n_rows);
-    n_dec_ = 0;
+    in_.n_dec = 0;
     for (size_t i = 0; i < n_rows; ++i)
         if (plan.rows[i].tokens.size() == 1) order.push_back(i);
     for (size_t i = 0; i < n_rows; ++i)
         if (plan.rows[i].tokens.size() > 1 && short_chunk(plan.rows[i].tokens.size())) order.push_back(i);
-    for (size_t i : order) n_dec_ += static_cast<int>(plan.rows[i].tokens.size());
+    for (size_t i : order) in_.n_dec += static_cast<int>(plan.rows[i].tokens.size());
     for (size_t i = 0; i < n_rows; ++i)
         if (!short_chunk(plan.rows[i].tokens.size())) order.push_back(i);
 
-    rows_.n = tables_.n = tiles_.n = gather_.n = sample_rows_.n = score_rows_.n = 0;
-    chunks_.clear();
+    in_.rows.n = in_.tables.n = in_.tiles.n = in_.gather.n = in_.sample_rows.n = in_.score_rows.n = 0;
+    in_.chunks.clear();
     int32_t max_pos = 0;
-    pure_decode_ = true;
-    nblk_ = 1;
-    any_mask_ = false;
+    in_.pure_decode = true;
+    in_.nblk = 1;
+    in_.any_mask = false;
     for (size_t i : order) {
         const engine::StepRow& r = plan.rows[i];
         const auto n = static_cast<int32_t>(r.tokens.size());
-        const auto f = static_cast<int32_t>(rows_.n);
-        const auto table = static_cast<int32_t>(tables_.n);
+        const auto f = static_cast<int32_t>(in_.rows.n);
+        const auto table = static_cast<int32_t>(in_.tables.n);
         const int64_t need = ceil_div(r.pos0 + n, kBlockTokens);
-        std::copy_n(r.blocks.begin(), need, tables_.host + tables_.n);
-        tables_.n += static_cast<size_t>(need);
+        std::copy_n(r.blocks.begin(), need, in_.tables.host + in_.tables.n);
+        in_.tables.n += static_cast<size_t>(need);
         for (int32_t t = 0; t < n; ++t)
-            rows_.host[rows_.n++] =
+            in_.rows.host[in_.rows.n++] =
                 RowDesc{r.tokens[static_cast<size_t>(t)], static_cast<int32_t>(r.pos0) + t, table, 0};
-        flat_start_[i] = f;
+        in_.flat_start[i] = f;
         const bool dec_attn = n <= kShortChunkRows;
-        if (dec_attn || opts_.batch_invariant) max_pos = std::max(max_pos, static_cast<int32_t>(r.pos0) + n - 1);
-        if (!dec_attn) chunks_.push_back(PrefillTile{f, n, static_cast<int32_t>(r.pos0), table});
+        if (dec_attn || exact()) max_pos = std::max(max_pos, static_cast<int32_t>(r.pos0) + n - 1);
+        if (!dec_attn) in_.chunks.push_back(PrefillTile{f, n, static_cast<int32_t>(r.pos0), table});
         if (!dec_attn)
             for (int32_t q0 = 0; q0 < n; q0 += qpt_)
-                tiles_.host[tiles_.n++] =
+                in_.tiles.host[in_.tiles.n++] =
                     PrefillTile{f + q0, std::min(qpt_, n - q0), static_cast<int32_t>(r.pos0) + q0, table};
-        pure_decode_ = pure_decode_ && n == 1 && r.sample && r.prompt_k < 0;
+        in_.pure_decode = in_.pure_decode && n == 1 && r.sample && r.prompt_k < 0;
     }
     // Sampled rows (their last token), in flat order: in a pure-decode step sampled row k is flat row k.
     for (size_t i : order) {
         const engine::StepRow& r = plan.rows[i];
-        sample_at_[i] = -1;
+        in_.sample_at[i] = -1;
         if (!r.sample) continue;
-        const auto k = static_cast<int32_t>(sample_rows_.n++);
-        sample_at_[i] = k;
-        gather_.host[gather_.n++] = flat_start_[i] + static_cast<int32_t>(r.tokens.size()) - 1;
-        // A masked row's words go to entry k of masks_ (packed by upload_masks, after the forward
+        const auto k = static_cast<int32_t>(in_.sample_rows.n++);
+        in_.sample_at[i] = k;
+        in_.gather.host[in_.gather.n++] = in_.flat_start[i] + static_cast<int32_t>(r.tokens.size()) - 1;
+        // A masked row's words go to entry k of in_.masks (packed by upload_masks, after the forward
         // pass is enqueued); the pointer is known now.
-        const uint32_t* mask = r.mask.empty() ? nullptr : masks_.dev + static_cast<size_t>(k) * mask_words_;
-        any_mask_ = any_mask_ || mask != nullptr;
-        sample_rows_.host[k] = SampleRow{r.slot, k, r.u, mask};
-        nblk_ = std::max(nblk_, sampler_->blocks(r.slot));
+        const uint32_t* mask = r.mask.empty() ? nullptr : in_.masks.dev + static_cast<size_t>(k) * in_.mask_words;
+        in_.any_mask = in_.any_mask || mask != nullptr;
+        in_.sample_rows.host[k] = SampleRow{r.slot, k, r.u, mask};
+        in_.nblk = std::max(in_.nblk, sampler_->blocks(r.slot));
     }
-    // Prompt-scored rows: logits row j % logit_rows_ of their group.
+    // Prompt-scored rows: logits row j % act_.logit_rows of their group.
     for (size_t i : order) {
         const engine::StepRow& r = plan.rows[i];
-        score_at_[i] = -1;
+        in_.score_at[i] = -1;
         if (r.prompt_k < 0) continue;
-        score_at_[i] = static_cast<int>(score_rows_.n);
+        in_.score_at[i] = static_cast<int>(in_.score_rows.n);
         for (size_t j = 0; j < r.targets.size(); ++j) {
-            const auto e = static_cast<int32_t>(score_rows_.n++);
-            gather_.host[gather_.n++] = flat_start_[i] + static_cast<int32_t>(j);
-            score_rows_.host[e] = ScoreRow{e % logit_rows_, r.targets[j], r.prompt_k, 0};
+            const auto e = static_cast<int32_t>(in_.score_rows.n++);
+            in_.gather.host[in_.gather.n++] = in_.flat_start[i] + static_cast<int32_t>(j);
+            in_.score_rows.host[e] = ScoreRow{e % act_.logit_rows, r.targets[j], r.prompt_k, 0};
         }
     }
-    span_ = attn_decode_span(sh_, n_dec_, max_pos, opts_.batch_invariant);
-    splits_ = 1;
-    while (int64_t{splits_} * span_ <= max_pos) splits_ *= 2;
+    in_.span = attn_decode_span(sh_, in_.n_dec, max_pos, exact());
+    in_.splits = 1;
+    while (int64_t{in_.splits} * in_.span <= max_pos) in_.splits *= 2;
 }
 
 void GpuBackend::upload() {
-    upload(rows_);
-    upload(tables_);
-    upload(tiles_);
-    if (!pure_decode_) upload(gather_);  // a pure-decode step's sampled rows are its flat rows
-    upload(sample_rows_);
-    upload(score_rows_);
+    upload(in_.rows);
+    upload(in_.tables);
+    upload(in_.tiles);
+    if (!in_.pure_decode) upload(in_.gather);  // a pure-decode step's sampled rows are its flat rows
+    upload(in_.sample_rows);
+    upload(in_.score_rows);
 }
 
 void GpuBackend::step(const engine::StepPlan& plan, engine::StepOutput& out) {
@@ -180,21 +180,22 @@ void GpuBackend::begin_step(const engine::StepPlan& plan) {
     if (plan.rows.empty()) return;
     build_rows(plan);
     upload();
-    const int T = static_cast<int>(rows_.n);
-    const int ns = static_cast<int>(sample_rows_.n), nsc = static_cast<int>(score_rows_.n);
+    const int T = static_cast<int>(in_.rows.n);
+    const int ns = static_cast<int>(in_.sample_rows.n), nsc = static_cast<int>(in_.score_rows.n);
     tick("upload");
     ++steps_;
-    if (pure_decode_ && opts_.graphs && LOOM_GPU_HAS_GRAPHS && !profiling_) {
+    if (in_.pure_decode && opts_.tuning.graphs && LOOM_GPU_HAS_GRAPHS && !profiling_) {
         decode_graph(T);
     } else {
         forward(T);
-        for (int g0 = 0; g0 < nsc; g0 += logit_rows_) {
-            const int g = std::min(logit_rows_, nsc - g0);
-            logits(gather_.dev + ns + g0, g);
-            score_rows(logits_, ld_v_, static_cast<int>(V_), score_rows_.dev + g0, g, out_dev_ + ns + g0, stream_);
+        for (int g0 = 0; g0 < nsc; g0 += act_.logit_rows) {
+            const int g = std::min(act_.logit_rows, nsc - g0);
+            logits(in_.gather.dev + ns + g0, g);
+            score_rows(act_.logits, act_.ld_v, static_cast<int>(V_), in_.score_rows.dev + g0, g, in_.out_dev + ns + g0,
+                       stream_);
             tick("prompt_scores");
         }
-        if (ns) logits(pure_decode_ ? nullptr : gather_.dev, ns);
+        if (ns) logits(in_.pure_decode ? nullptr : in_.gather.dev, ns);
     }
 }
 
@@ -208,17 +209,17 @@ void GpuBackend::finish_step(const engine::StepPlan& plan, engine::StepOutput& o
         begun_ = false;
         return;
     }
-    const int ns = static_cast<int>(sample_rows_.n), nsc = static_cast<int>(score_rows_.n);
+    const int ns = static_cast<int>(in_.sample_rows.n), nsc = static_cast<int>(in_.score_rows.n);
     // The forward pass was enqueued by begin_step and runs while the caller built the masks;
     // now they are packed and copied, ordered before the sampling launches on the stream. No
     // mask this step: no copy.
-    if (any_mask_) upload_masks(plan);
+    if (in_.any_mask) upload_masks(plan);
     if (ns) {
-        sampler_->sample(logits_, ld_v_, sample_rows_.dev, ns, nblk_, out_dev_);
+        sampler_->sample(act_.logits, act_.ld_v, in_.sample_rows.dev, ns, in_.nblk, in_.out_dev);
         tick("sample");
     }
     if (ns + nsc)
-        LOOM_GPU_CHECK(gpuMemcpyAsync(out_host_, out_dev_, sizeof(SampleOut) * static_cast<size_t>(ns + nsc),
+        LOOM_GPU_CHECK(gpuMemcpyAsync(in_.out_host, in_.out_dev, sizeof(SampleOut) * static_cast<size_t>(ns + nsc),
                                       gpuMemcpyDeviceToHost, stream_));
     sync("step");
     begun_ = false;  // only now: a throw before the sync leaves work that the next begin_step waits for
@@ -226,27 +227,27 @@ void GpuBackend::finish_step(const engine::StepPlan& plan, engine::StepOutput& o
 }
 
 void GpuBackend::upload_masks(const engine::StepPlan& plan) {
-    masks_.n = 0;
+    in_.masks.n = 0;
     for (size_t i = 0; i < plan.rows.size(); ++i) {
         const engine::StepRow& r = plan.rows[i];
-        if (sample_at_[i] < 0 || r.mask.empty()) continue;
-        const auto k = static_cast<size_t>(sample_at_[i]);
-        std::copy_n(r.mask.begin(), mask_words_, masks_.host + k * mask_words_);
-        masks_.n = std::max(masks_.n, (k + 1) * mask_words_);
+        if (in_.sample_at[i] < 0 || r.mask.empty()) continue;
+        const auto k = static_cast<size_t>(in_.sample_at[i]);
+        std::copy_n(r.mask.begin(), in_.mask_words, in_.masks.host + k * in_.mask_words);
+        in_.masks.n = std::max(in_.masks.n, (k + 1) * in_.mask_words);
     }
-    upload(masks_);  // one copy: entries 0..last masked row (unmasked entries in between unread)
+    upload(in_.masks);  // one copy: entries 0..last masked row (unmasked entries in between unread)
 }
 
 void GpuBackend::finish(const engine::StepPlan& plan, engine::StepOutput& out) {
-    const int ns = static_cast<int>(sample_rows_.n);
+    const int ns = static_cast<int>(in_.sample_rows.n);
     const std::string nan = "the model produced NaN logits";
     for (size_t i = 0; i < plan.rows.size(); ++i) {
         const engine::StepRow& r = plan.rows[i];
-        if (score_at_[i] >= 0) {
+        if (in_.score_at[i] >= 0) {
             auto& scores = out.prompt_scores[i];
             scores.reserve(r.targets.size());
             for (size_t j = 0; j < r.targets.size(); ++j) {
-                const SampleOut& o = out_host_[static_cast<size_t>(ns + score_at_[i]) + j];
+                const SampleOut& o = in_.out_host[static_cast<size_t>(ns + in_.score_at[i]) + j];
                 if (o.nan) out.errors[i] = nan;
                 engine::SampleResult s;
                 s.token = o.token;
@@ -255,8 +256,8 @@ void GpuBackend::finish(const engine::StepPlan& plan, engine::StepOutput& out) {
                 scores.push_back(std::move(s));
             }
         }
-        if (sample_at_[i] >= 0) {
-            const SampleOut& o = out_host_[static_cast<size_t>(sample_at_[i])];
+        if (in_.sample_at[i] >= 0) {
+            const SampleOut& o = in_.out_host[static_cast<size_t>(in_.sample_at[i])];
             if (o.nan == kMaskEmpty)
                 out.errors[i] = "sampling failed: the grammar allows none of the request's candidate tokens";
             else if (o.nan) out.errors[i] = nan;
@@ -265,12 +266,12 @@ void GpuBackend::finish(const engine::StepPlan& plan, engine::StepOutput& out) {
     }
 }
 
-void GpuBackend::drop_graph(std::map<std::tuple<int, int, int>, DecodeGraph>::iterator it) {
+void GpuBackend::DecodeGraphs::drop(std::map<Key, Graph>::iterator it) {
 #if LOOM_GPU_HAS_GRAPHS
     (void)gpuGraphExecDestroy(it->second.exec);
     (void)gpuGraphDestroy(it->second.graph);
 #endif
-    graphs_.erase(it);
+    captured.erase(it);
 }
 
 void GpuBackend::decode_graph(int T) {
@@ -279,20 +280,20 @@ void GpuBackend::decode_graph(int T) {
         logits(nullptr, T);
     };
 #if LOOM_GPU_HAS_GRAPHS
-    const auto key = std::make_tuple(T, span_, splits_);
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) {
+    const auto key = std::make_tuple(T, in_.span, in_.splits);
+    auto it = graphs_.captured.find(key);
+    if (it == graphs_.captured.end()) {
         // First sight: eager, so that lazily initialised kernels and cuBLAS shapes are set up
         // outside a capture, and a row count seen once costs no capture.
-        if (graph_seen_[key]++ == 0) {
+        if (graphs_.seen[key]++ == 0) {
             eager();
             return;
         }
-        graph_seen_.erase(key);
-        if (graphs_.size() >= kMaxGraphs)
-            drop_graph(std::min_element(graphs_.begin(), graphs_.end(),
-                                        [](const auto& a, const auto& b) { return a.second.used < b.second.used; }));
-        DecodeGraph d;
+        graphs_.seen.erase(key);
+        if (graphs_.captured.size() >= DecodeGraphs::kMax)
+            graphs_.drop(std::min_element(graphs_.captured.begin(), graphs_.captured.end(),
+                                          [](const auto& a, const auto& b) { return a.second.used < b.second.used; }));
+        DecodeGraphs::Graph d;
         LOOM_GPU_CHECK(gpuStreamBeginCapture(stream_));
         try {
             eager();
@@ -306,7 +307,7 @@ void GpuBackend::decode_graph(int T) {
             (void)gpuGraphDestroy(d.graph);
             throw GpuError("decode graph: instantiation failed");
         }
-        it = graphs_.emplace(key, d).first;
+        it = graphs_.captured.emplace(key, d).first;
     }
     it->second.used = steps_;
     LOOM_GPU_CHECK(gpuGraphLaunch(it->second.exec, stream_));
@@ -338,10 +339,6 @@ OpTimes GpuBackend::profile_step(const engine::StepPlan& plan, engine::StepOutpu
         else it->second += ms;
     }
     return times;
-}
-
-std::unique_ptr<engine::Backend> make_gpu_backend(const std::string& path, const GpuOptions& opts) {
-    return std::make_unique<GpuBackend>(path, opts);
 }
 
 }  // namespace loom::gpu

@@ -28,18 +28,24 @@ void matvec_rows(MatvecArgs a, int rows, gpuStream_t s) {
 
 }  // namespace
 
-bool GpuBackend::rope_fusable(const DevLayer& L) const {
-    return opts_.fuse_rope && !opts_.batch_invariant && !sh_.neox && sh_.rope_dim % 2 == 0 && sh_.head_dim % 2 == 0 &&
-           !L.bq && !L.bk && !L.bv && !L.q_norm && !L.k_norm;
-}
-
-void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat, int rows, const float* x32,
-                        int64_t ldx, const uint16_t* x16, int64_t ldx16, int64_t ldy, bool add, const float* norm_w,
-                        const int8_t* roles, int layer) {
+void GpuBackend::linear(const DevMatrix* const* mats, const Route* const* routes, float* const* ys, int nmat, int rows,
+                        const float* x32, int64_t ldx, const uint16_t* x16, int64_t ldx16, int64_t ldy, bool add,
+                        const float* norm_w, const int8_t* roles, int layer) {
     if (rows <= 0) return;
-    if ((norm_w || roles) && !mv(rows)) throw std::logic_error("fused RMSNorm or RoPE needs the matvec path");
-    if (mv(rows)) {
+    Kernel k[3];
+    if (nmat > 3) throw std::logic_error("linear: more than 3 matrices");
+    bool parts = false, sums = false, mv = false;
+    for (int i = 0; i < nmat; ++i) {
+        k[i] = routes[i]->at(rows);
+        parts = parts || reads_split_parts(k[i]);
+        sums = sums || k[i] == Kernel::QgemmExact;
+        mv = mv || is_matvec(k[i]);
+    }
+    if ((norm_w || roles) && !mv) throw std::logic_error("fused RMSNorm or RoPE needs the matvec path");
+    if (mv) {
+        // Consecutive matrices of one type and width: one launch of up to 3 segments.
         for (int i = 0; i < nmat;) {
+            if (!is_matvec(k[i])) throw std::logic_error("linear: matvec and GEMM kernels in one call");
             MatvecArgs a;
             a.type = mats[i]->type;
             a.cols = static_cast<int32_t>(mats[i]->cols);
@@ -52,7 +58,7 @@ void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat
                 ++j;
             }
             if (roles) {
-                a.rows = rows_.dev;
+                a.rows = in_.rows.dev;
                 a.kv = kv_;
                 a.rope_cs = rope_cs_;
                 a.layer = layer;
@@ -65,229 +71,245 @@ void GpuBackend::linear(const DevMatrix* const* mats, float* const* ys, int nmat
             a.mode = add ? MvMode::Add : MvMode::Store;
             a.norm_w = norm_w;
             a.norm_eps = w_.hp.rms_eps;
-            a.fixed_tiling = opts_.batch_invariant;
-            a.single = opts_.matvec_single;
+            a.fixed_tiling = k[i] == Kernel::MatvecFixed;
+            a.single = opts_.tuning.matvec_single;  // matvec() takes the single-vector kernel per group of one
             matvec_rows(a, rows, stream_);
             i = j;
         }
         return;
     }
-    const bool split = opts_.split_products;
-    // The decode GEMM takes Q4_K and Q6_K matrices (its fragment kernels) up to decode_gemm_rows
-    // rows, the others (its tile kernel) and the exact kernel up to tile_gemm_rows_.
-    const bool tc_tile = rows <= tile_gemm_rows_;
-    auto tc = [&](const DevMatrix& m) {
-        const bool frag = !split && qgemm_frag_takes(m.type, m.cols, x16 != nullptr, !opts_.decode_gemm_tiled,
-                                                     !opts_.decode_gemm_tiled);
-        return frag ? rows <= opts_.decode_gemm_rows : tc_tile;
-    };
-    // Split products: the input's F16 high and low parts (and for the decode GEMM their block
-    // sums), once for every matrix of the call (they share x32 and its width), unless every
-    // matrix is F32 (cuBLAS reads x32 then).
+    // Split products: the input's F16 high and low parts (and for the decode GEMM's exact kernel
+    // their block sums), once for every matrix of the call (they share x32 and its width).
     const int K0 = static_cast<int>(mats[0]->cols);
-    const bool sums = split && tc_tile && xs_sum_ && K0 % 256 == 0;
-    bool parts = false;
-    for (int i = 0; i < nmat; ++i) parts = parts || mats[i]->type != kF32;
-    if (split && xs_hi_ && parts)
-        to_f16(x32, ldx, K0, rows, xs_hi_, ld_xs_, stream_, xs_lo_, sums ? xs_sum_ : nullptr, ld_sum_);
+    if (parts && act_.xs_hi)
+        to_f16(x32, ldx, K0, rows, act_.xs_hi, act_.ld_xs, stream_, act_.xs_lo, sums ? act_.xs_sum : nullptr,
+               act_.ld_sum);
     for (int i = 0; i < nmat; ++i) {
         const DevMatrix& m = *mats[i];
         const int K = static_cast<int>(m.cols);
-        if (sums && qgemm_exact_supports(m.type, m.cols)) {  // split: the decode GEMM's exact kernel
-            const QgLow low{xs_lo_, xs_sum_, ld_sum_};
-            qgemm(m, nullptr, xs_hi_, ld_xs_, rows, ys[i], ldy, add, qg_part_, stream_, true, 0, true, &low);
-            continue;
-        }
-        if (tc(m) && !split && qgemm_supports(m.type, m.cols) && (m.type != kF16 || opts_.decode_gemm_f16)) {
-            qgemm(m, x32, x16, x16 ? ldx16 : ldx, rows, ys[i], ldy, add, qg_part_, stream_, !opts_.decode_gemm_tiled, 0,
-                  !opts_.decode_gemm_tiled);
-            continue;
-        }
-        if (m.type == kF32 || (m.type == kF16 && !split)) {
-            const bool h = m.type == kF16;
-            gemm_->run(m.data, h, static_cast<int64_t>(m.row_bytes / (h ? 2 : 4)), x32, ldx, x16, ldx16, rows,
-                       static_cast<int>(m.rows), K, ys[i], ldy, add);
-            continue;
-        }
-        if (m.type == kF16) {  // split: F16 weights are exact, only the input has two parts
-            gemm_->run_split(reinterpret_cast<const uint16_t*>(m.data), nullptr, static_cast<int64_t>(m.row_bytes / 2),
-                             x32, ldx, xs_hi_, xs_lo_, ld_xs_, rows, static_cast<int>(m.rows), K, ys[i], ldy, add);
-            continue;
-        }
-        const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(wscratch_elems_) / m.cols);
-        for (int64_t r0 = 0; r0 < m.rows; r0 += step) {
-            const int64_t n = std::min(step, m.rows - r0);
-            dequant_f16(m, r0, n, wscratch_, m.cols, stream_, wscratch_lo_);
-            if (split)
-                gemm_->run_split(wscratch_, wscratch_lo_, m.cols, x32, ldx, xs_hi_, xs_lo_, ld_xs_, rows,
-                                 static_cast<int>(n), K, ys[i] + r0, ldy, add);
-            else
-                gemm_->run(wscratch_, true, m.cols, x32, ldx, x16, ldx16, rows, static_cast<int>(n), K, ys[i] + r0, ldy,
-                           add);
+        switch (k[i]) {
+            case Kernel::QgemmExact: {
+                const QgLow low{act_.xs_lo, act_.xs_sum, act_.ld_sum};
+                qgemm(m, nullptr, act_.xs_hi, act_.ld_xs, rows, ys[i], ldy, add, act_.qg_part, stream_, true, 0, true,
+                      &low);
+                break;
+            }
+            case Kernel::QgemmFrag:
+            case Kernel::QgemmTile: {
+                // qgemm takes its fragment kernel for Q4_K and Q6_K with F16 activations unless told not to.
+                const bool frag = k[i] == Kernel::QgemmFrag;
+                qgemm(m, x32, x16, x16 ? ldx16 : ldx, rows, ys[i], ldy, add, act_.qg_part, stream_, frag, 0, frag);
+                break;
+            }
+            case Kernel::Gemm: {
+                const bool h = m.type == kF16;
+                gemm_->run(m.data, h, static_cast<int64_t>(m.row_bytes / (h ? 2 : 4)), x32, ldx, x16, ldx16, rows,
+                           static_cast<int>(m.rows), K, ys[i], ldy, add);
+                break;
+            }
+            case Kernel::GemmSplit:  // F16 weights are exact, only the input has two parts
+                gemm_->run_split(reinterpret_cast<const uint16_t*>(m.data), nullptr,
+                                 static_cast<int64_t>(m.row_bytes / 2), x32, ldx, act_.xs_hi, act_.xs_lo, act_.ld_xs,
+                                 rows, static_cast<int>(m.rows), K, ys[i], ldy, add);
+                break;
+            case Kernel::DequantGemm:
+            case Kernel::DequantGemmSplit: {
+                const bool split = k[i] == Kernel::DequantGemmSplit;
+                const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(act_.wscratch_elems) / m.cols);
+                for (int64_t r0 = 0; r0 < m.rows; r0 += step) {
+                    const int64_t n = std::min(step, m.rows - r0);
+                    dequant_f16(m, r0, n, act_.wscratch, m.cols, stream_, act_.wscratch_lo);
+                    if (split)
+                        gemm_->run_split(act_.wscratch, act_.wscratch_lo, m.cols, x32, ldx, act_.xs_hi, act_.xs_lo,
+                                         act_.ld_xs, rows, static_cast<int>(n), K, ys[i] + r0, ldy, add);
+                    else
+                        gemm_->run(act_.wscratch, true, m.cols, x32, ldx, x16, ldx16, rows, static_cast<int>(n), K,
+                                   ys[i] + r0, ldy, add);
+                }
+                break;
+            }
+            default: throw std::logic_error("linear: a matvec kernel on the GEMM path");
         }
     }
 }
 
-void GpuBackend::ffn(const DevLayer& L, int rows, bool fuse) {
-    if (mv(rows) && L.gate.type == L.up.type) {
+void GpuBackend::ffn(const DevLayer& L, const LayerPlan& P, int rows, bool fuse) {
+    const Kernel kg = P.gate.at(rows);
+    const bool mv = is_matvec(kg);
+    if (mv && L.gate.type == L.up.type) {
         MatvecArgs a;  // gate and up in one launch, SwiGLU in its epilogue
         a.norm_w = fuse ? L.ffn_norm : nullptr;
         a.norm_eps = w_.hp.rms_eps;
         a.type = L.gate.type;
         a.cols = static_cast<int32_t>(L.gate.cols);
         a.row_bytes = L.gate.row_bytes;
-        a.seg[0] = MvSeg{L.gate.data, static_cast<int32_t>(L.gate.rows), g_};
+        a.seg[0] = MvSeg{L.gate.data, static_cast<int32_t>(L.gate.rows), act_.g};
         a.seg[1] = MvSeg{L.up.data, static_cast<int32_t>(L.up.rows), nullptr};
         a.nseg = 2;
-        a.x = fuse ? x_ : xn_;
-        a.x_stride = ld_d_;
-        a.y_stride = ld_ff_;
+        a.x = fuse ? act_.x : act_.xn;
+        a.x_stride = act_.ld_d;
+        a.y_stride = act_.ld_ff;
         a.mode = MvMode::SwiGLU;
-        a.fixed_tiling = opts_.batch_invariant;
-        a.single = opts_.matvec_single;
+        a.fixed_tiling = kg == Kernel::MatvecFixed;
+        a.single = opts_.tuning.matvec_single;
         matvec_rows(a, rows, stream_);
     } else {
         // One product over gate | up where they are one matrix (DevLayer::gate_up; GEMM path).
-        const bool one = !mv(rows) && L.gate_up.data;
+        const bool one = !mv && L.gate_up.data;
         const DevMatrix* m2[2] = {one ? &L.gate_up : &L.gate, &L.up};
-        float* y2[2] = {ffy_, ffy_ + ff_};
-        if (fuse) linear(m2, y2, 2, rows, x_, ld_d_, nullptr, 0, ld_ff2_, false, L.ffn_norm);
-        else linear(m2, y2, one ? 1 : 2, rows, xn_, ld_d_, xh_, ld_d_, ld_ff2_, false);
-        swiglu(ffy_, ld_ff2_, static_cast<int>(ff_), rows, g_, ld_ff_, (!mv(rows) && f16_in_) ? gh_ : nullptr, ld_ff_,
-               stream_);
+        const Route* r2[2] = {one ? &P.gate_up : &P.gate, &P.up};
+        float* y2[2] = {act_.ffy, act_.ffy + ff_};
+        if (fuse) linear(m2, r2, y2, 2, rows, act_.x, act_.ld_d, nullptr, 0, act_.ld_ff2, false, L.ffn_norm);
+        else linear(m2, r2, y2, one ? 1 : 2, rows, act_.xn, act_.ld_d, act_.xh, act_.ld_d, act_.ld_ff2, false);
+        swiglu(act_.ffy, act_.ld_ff2, static_cast<int>(ff_), rows, act_.g, act_.ld_ff,
+               (!mv && plan_.f16_in) ? act_.gh : nullptr, act_.ld_ff, stream_);
     }
     tick("ffn_gate_up");
     const DevMatrix* md[1] = {&L.down};
-    float* yd[1] = {x_};
-    linear(md, yd, 1, rows, g_, ld_ff_, gh_, ld_ff_, ld_d_, true);
+    const Route* rd[1] = {&P.down};
+    float* yd[1] = {act_.x};
+    linear(md, rd, yd, 1, rows, act_.g, act_.ld_ff, act_.gh, act_.ld_ff, act_.ld_d, true);
     tick("ffn_down");
 }
 
 void GpuBackend::attention(int T, int layer) {
-    if (opts_.batch_invariant) {
+    if (plan_.prefill_attn == PrefillAttnKernel::DecodeAll) {
         // Every query, prefill chunks included, through split-K attention with the fixed span.
-        for (int g0 = 0; g0 < T; g0 += part_rows_) {
-            const int n = std::min(part_rows_, T - g0);
-            attn_decode(qkv_ + static_cast<int64_t>(g0) * ld_qkv_, ld_qkv_, rows_.dev + g0, n, layer, sh_, kv_, span_,
-                        splits_, part_, att_ + static_cast<int64_t>(g0) * ld_att_, ld_att_, stream_);
+        for (int g0 = 0; g0 < T; g0 += act_.part_rows) {
+            const int n = std::min(act_.part_rows, T - g0);
+            attn_decode(act_.qkv + static_cast<int64_t>(g0) * act_.ld_qkv, act_.ld_qkv, in_.rows.dev + g0, n, layer,
+                        sh_, kv_, in_.span, in_.splits, act_.part, act_.att + static_cast<int64_t>(g0) * act_.ld_att,
+                        act_.ld_att, stream_);
         }
         return;
     }
-    // The 1-token rows and the short chunks' rows (build_rows), part_rows_ at a time.
-    for (int g0 = 0; g0 < n_dec_; g0 += part_rows_) {
-        const int n = std::min(part_rows_, n_dec_ - g0);
-        attn_decode(qkv_ + static_cast<int64_t>(g0) * ld_qkv_, ld_qkv_, rows_.dev + g0, n, layer, sh_, kv_, span_,
-                    splits_, part_, att_ + static_cast<int64_t>(g0) * ld_att_, ld_att_, stream_);
+    // The 1-token rows and the short chunks' rows (build_rows), act_.part_rows at a time.
+    for (int g0 = 0; g0 < in_.n_dec; g0 += act_.part_rows) {
+        const int n = std::min(act_.part_rows, in_.n_dec - g0);
+        attn_decode(act_.qkv + static_cast<int64_t>(g0) * act_.ld_qkv, act_.ld_qkv, in_.rows.dev + g0, n, layer, sh_,
+                    kv_, in_.span, in_.splits, act_.part, act_.att + static_cast<int64_t>(g0) * act_.ld_att,
+                    act_.ld_att, stream_);
     }
-    if (attn_flash_) {  // tiles_ holds attn_flash_tile_queries queries a tile (build_rows)
-        attn_prefill_flash(qkv_, ld_qkv_, tiles_.dev, static_cast<int>(tiles_.n), layer, sh_, kv_, att_, ld_att_,
-                           stream_);
+    if (plan_.prefill_attn ==
+        PrefillAttnKernel::Flash) {  // in_.tiles holds attn_flash_tile_queries queries a tile (build_rows)
+        attn_prefill_flash(act_.qkv, act_.ld_qkv, in_.tiles.dev, static_cast<int>(in_.tiles.n), layer, sh_, kv_,
+                           act_.att, act_.ld_att, stream_);
         return;
     }
-    if (attn_gemm_) {
-        for (const PrefillTile& c : chunks_) prefill_attention_gemm(c, layer);
+    if (plan_.prefill_attn == PrefillAttnKernel::GemmSplit || plan_.prefill_attn == PrefillAttnKernel::Gemm16) {
+        for (const PrefillTile& c : in_.chunks) prefill_attention_gemm(c, layer);
         return;
     }
-    attn_prefill(qkv_, ld_qkv_, tiles_.dev, static_cast<int>(tiles_.n), layer, sh_, kv_, att_, ld_att_, stream_);
+    attn_prefill(act_.qkv, act_.ld_qkv, in_.tiles.dev, static_cast<int>(in_.tiles.n), layer, sh_, kv_, act_.att,
+                 act_.ld_att, stream_);
 }
 
 void GpuBackend::prefill_attention_gemm(const PrefillTile& c, int layer) {
-    // Column-major views (cuBLAS): K and V of KV head g are head_dim x n_keys matrices at kc_/vc_ +
+    // Column-major views (cuBLAS): K and V of KV head g are head_dim x n_keys matrices at act_.kc/act_.vc +
     // g * head_dim with leading dimension nkv; the chunk's queries of head g are head_dim x (n *
-    // group) at qp_ + g * n * group * head_dim (q_pack_f16); scores of a sub-block of m queries
-    // are n_keys x (m * group) per KV head, ld = n_keys rounded up to 8. Split (attn_split_): the
+    // group) at act_.qp + g * n * group * head_dim (q_pack_f16); scores of a sub-block of m queries
+    // are n_keys x (m * group) per KV head, ld = n_keys rounded up to 8. Split (PrefillAttnKernel::GemmSplit): the
     // low parts of Q and P add a second product each, accumulated into the first's output.
+    const bool attn_split = plan_.prefill_attn == PrefillAttnKernel::GemmSplit;
     const int hd = sh_.head_dim, group = sh_.n_head / sh_.n_head_kv, nkvh = sh_.n_head_kv;
     const int n = c.n, n_ctx = c.pos0 + c.n;
     const int64_t head_q = int64_t{n} * group * hd;  // packed elements per KV head
-    kv_gather_f16(kv_, layer, c.table, n_ctx, kc_, vc_, stream_);
-    q_pack_f16(qkv_ + int64_t{c.row0} * ld_qkv_, ld_qkv_, n, sh_, qp_, attn_split_ ? qp_lo_ : nullptr, stream_);
+    kv_gather_f16(kv_, layer, c.table, n_ctx, act_.kc, act_.vc, stream_);
+    q_pack_f16(act_.qkv + int64_t{c.row0} * act_.ld_qkv, act_.ld_qkv, n, sh_, act_.qp,
+               attn_split ? act_.qp_lo : nullptr, stream_);
     const int64_t ld_max = (int64_t{n_ctx} + 7) / 8 * 8;
-    const int rq = static_cast<int>(std::min<int64_t>(n, attn_elems_ / (int64_t{sh_.n_head} * ld_max)));
+    const int rq = static_cast<int>(std::min<int64_t>(n, act_.attn_elems / (int64_t{sh_.n_head} * ld_max)));
     for (int r0 = 0; r0 < n; r0 += rq) {
         const int m = std::min(rq, n - r0), cols = m * group;
         const int n_keys = c.pos0 + r0 + m;
         const int64_t ld = (int64_t{n_keys} + 7) / 8 * 8;
         const int64_t q_off = int64_t{r0} * group * hd;
-        for (int part = 0; part < (attn_split_ ? 2 : 1); ++part)
-            gemm_->batched_f16(true, n_keys, cols, hd, sh_.scale, kc_, nkv_, hd, (part ? qp_lo_ : qp_) + q_off, hd,
-                               head_q, ss_, ld, cols * ld, nkvh, part == 1);
-        attn_softmax_causal(ss_, pp_, attn_split_ ? pp_lo_ : nullptr, ld, nkvh * cols, cols, group, c.pos0 + r0, n_keys,
-                            stream_);
-        for (int part = 0; part < (attn_split_ ? 2 : 1); ++part)
-            gemm_->batched_f16(false, hd, cols, n_keys, 1.0f, vc_, nkv_, hd, part ? pp_lo_ : pp_, ld, cols * ld,
-                               op_ + q_off, hd, head_q, nkvh, part == 1);
+        for (int part = 0; part < (attn_split ? 2 : 1); ++part)
+            gemm_->batched_f16(true, n_keys, cols, hd, sh_.scale, act_.kc, nkv_, hd,
+                               (part ? act_.qp_lo : act_.qp) + q_off, hd, head_q, act_.ss, ld, cols * ld, nkvh,
+                               part == 1);
+        attn_softmax_causal(act_.ss, act_.pp, attn_split ? act_.pp_lo : nullptr, ld, nkvh * cols, cols, group,
+                            c.pos0 + r0, n_keys, stream_);
+        for (int part = 0; part < (attn_split ? 2 : 1); ++part)
+            gemm_->batched_f16(false, hd, cols, n_keys, 1.0f, act_.vc, nkv_, hd, part ? act_.pp_lo : act_.pp, ld,
+                               cols * ld, act_.op + q_off, hd, head_q, nkvh, part == 1);
     }
-    o_unpack(op_, n, sh_, att_ + int64_t{c.row0} * ld_att_, ld_att_, stream_);
+    o_unpack(act_.op, n, sh_, act_.att + int64_t{c.row0} * act_.ld_att, act_.ld_att, stream_);
 }
 
 void GpuBackend::forward(int T) {
     const auto& hp = w_.hp;
-    const bool h16 = !mv(T) && f16_in_;
-    // RMSNorm fused into the next matvec for a single row over plain weights, or one or two rows
-    // of the single-vector kernel (fuse_norm).
-    const bool fuse = fuse_norm(T);
-    embed(dm_->tok_embd, rows_.dev, T, x_, ld_d_, stream_);
+    const bool mv = plan_.matvec(T);
+    const bool h16 = !mv && plan_.f16_in;
+    // RMSNorm fused into the next matvec for a single row over plain weights, or one row of the
+    // single-vector kernel (ForwardPlan::fuse_norm).
+    const bool fuse = plan_.fuse_norm(T);
+    embed(dm_->tok_embd, in_.rows.dev, T, act_.x, act_.ld_d, stream_);
     tick("embed");
     for (int l = 0; l < hp.n_layer; ++l) {
         const DevLayer& L = dm_->layers[static_cast<size_t>(l)];
+        const LayerPlan& P = plan_.layers[static_cast<size_t>(l)];
         const DevMatrix* m3[3] = {&L.wq, &L.wk, &L.wv};
-        float* y3[3] = {qkv_, qkv_ + nq_, qkv_ + nq_ + nkv_};
+        const Route* r3[3] = {&P.q, &P.k, &P.v};
+        float* y3[3] = {act_.qkv, act_.qkv + nq_, act_.qkv + nq_ + nkv_};
         // One product over q | k | v where they are one matrix (DevLayer::wqkv; GEMM path), or
         // one over q | k and one over v (DevLayer::wqk).
         int n3 = 3;
-        if (!mv(T) && L.wqkv.data) {
-            m3[0] = &L.wqkv;
+        if (!mv && L.wqkv.data) {
+            m3[0] = &L.wqkv, r3[0] = &P.qkv;
             n3 = 1;
-        } else if (!mv(T) && L.wqk.data) {
+        } else if (!mv && L.wqk.data) {
             m3[0] = &L.wqk, m3[1] = &L.wv;
+            r3[0] = &P.qk, r3[1] = &P.v;
             y3[1] = y3[2];
             n3 = 2;
         }
         // RoPE and the paged K/V store fused into the QKV matvec's epilogue.
-        const bool rope_fused = mv(T) && rope_fusable(L);
+        const bool rope_fused = mv && P.rope_fused;
         static const int8_t kRoles[3] = {1, 2, 3};
         const int8_t* roles = rope_fused ? kRoles : nullptr;
         if (fuse) {
-            linear(m3, y3, 3, T, x_, ld_d_, nullptr, 0, ld_qkv_, false, L.attn_norm, roles, l);
+            linear(m3, r3, y3, 3, T, act_.x, act_.ld_d, nullptr, 0, act_.ld_qkv, false, L.attn_norm, roles, l);
         } else {
-            rmsnorm(x_, ld_d_, nullptr, L.attn_norm, static_cast<int>(d_), T, hp.rms_eps, xn_, ld_d_,
-                    h16 ? xh_ : nullptr, ld_d_, stream_);
+            rmsnorm(act_.x, act_.ld_d, nullptr, L.attn_norm, static_cast<int>(d_), T, hp.rms_eps, act_.xn, act_.ld_d,
+                    h16 ? act_.xh : nullptr, act_.ld_d, stream_);
             tick("rmsnorm");
-            linear(m3, y3, n3, T, xn_, ld_d_, xh_, ld_d_, ld_qkv_, false, nullptr, roles, l);
+            linear(m3, r3, y3, n3, T, act_.xn, act_.ld_d, act_.xh, act_.ld_d, act_.ld_qkv, false, nullptr, roles, l);
         }
         tick("qkv");
         if (!rope_fused) {
-            rope_store(qkv_, ld_qkv_, T, sh_, l, rows_.dev, kv_, rope_cs_, L.bq, L.bk, L.bv, L.q_norm, L.k_norm,
-                       stream_);
+            rope_store(act_.qkv, act_.ld_qkv, T, sh_, l, in_.rows.dev, kv_, rope_cs_, L.bq, L.bk, L.bv, L.q_norm,
+                       L.k_norm, stream_);
             tick("rope_kv_store");
         }
         attention(T, l);
-        if (h16) to_f16(att_, ld_att_, static_cast<int>(nq_), T, atth_, ld_att_, stream_);
+        if (h16) to_f16(act_.att, act_.ld_att, static_cast<int>(nq_), T, act_.atth, act_.ld_att, stream_);
         tick("attention");
         const DevMatrix* mo[1] = {&L.wo};
-        float* yo[1] = {x_};
-        linear(mo, yo, 1, T, att_, ld_att_, atth_, ld_att_, ld_d_, true);
+        const Route* ro[1] = {&P.o};
+        float* yo[1] = {act_.x};
+        linear(mo, ro, yo, 1, T, act_.att, act_.ld_att, act_.atth, act_.ld_att, act_.ld_d, true);
         tick("attn_out");
         if (!fuse) {
-            rmsnorm(x_, ld_d_, nullptr, L.ffn_norm, static_cast<int>(d_), T, hp.rms_eps, xn_, ld_d_,
-                    h16 ? xh_ : nullptr, ld_d_, stream_);
+            rmsnorm(act_.x, act_.ld_d, nullptr, L.ffn_norm, static_cast<int>(d_), T, hp.rms_eps, act_.xn, act_.ld_d,
+                    h16 ? act_.xh : nullptr, act_.ld_d, stream_);
             tick("rmsnorm");
         }
-        ffn(L, T, fuse);
+        ffn(L, P, T, fuse);
     }
 }
 
 void GpuBackend::logits(const int32_t* idx, int rows) {
     const DevMatrix* mo[1] = {&dm_->output};
-    float* yo[1] = {logits_};
-    if (fuse_norm(rows) && !idx) {
-        linear(mo, yo, 1, rows, x_, ld_d_, nullptr, 0, ld_v_, false, dm_->output_norm);
+    const Route* ro[1] = {&plan_.output};
+    float* yo[1] = {act_.logits};
+    if (plan_.fuse_norm(rows) && !idx) {
+        linear(mo, ro, yo, 1, rows, act_.x, act_.ld_d, nullptr, 0, act_.ld_v, false, dm_->output_norm);
     } else {
-        const bool h16 = !mv(rows) && f16_in_;
-        rmsnorm(x_, ld_d_, idx, dm_->output_norm, static_cast<int>(d_), rows, w_.hp.rms_eps, xn_, ld_d_,
-                h16 ? xh_ : nullptr, ld_d_, stream_);
-        linear(mo, yo, 1, rows, xn_, ld_d_, xh_, ld_d_, ld_v_, false);
+        const bool h16 = !plan_.matvec(rows) && plan_.f16_in;
+        rmsnorm(act_.x, act_.ld_d, idx, dm_->output_norm, static_cast<int>(d_), rows, w_.hp.rms_eps, act_.xn, act_.ld_d,
+                h16 ? act_.xh : nullptr, act_.ld_d, stream_);
+        linear(mo, ro, yo, 1, rows, act_.xn, act_.ld_d, act_.xh, act_.ld_d, act_.ld_v, false);
     }
     tick("output");
 }

@@ -24,7 +24,7 @@
 //    for a term 2^-11 of it, as the tile kernel's F32 dequantization rounds it (rounding
 //    d * sc to F16 first moved the wide Q6_K model's logprobs by 1.4e-2 against 1.1e-2).
 //
-//  - The exact kernel (QgArgs::x_lo set: --split-products, kernels.hpp QgLow) rounds no weight:
+//  - The exact kernel (QgArgs::x_lo set: --precision accurate, kernels.hpp QgLow) rounds no weight:
 //    the A operands are integers exact in F16 (Q4_K: sc * q <= 945; Q6_K: v = sc * (q - 32),
 //    |v| <= 4096, as f16(v) and the remainder v - f16(v), one fma), each multiplied with the
 //    activations' high and low parts (two products, Q6_K three; vl . xl, below 2^-22 of the

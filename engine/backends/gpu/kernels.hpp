@@ -125,7 +125,7 @@ void matvec1(const MatvecArgs& a, gpuStream_t s);
 /// Dequantizes rows [row0, row0 + n) of m into F16 rows of `dst` (leading dimension dst_ld
 /// halves), for the GEMM path. With `lo`, each weight w (decoded in F32) is also split: dst gets
 /// h = f16(w) and lo (same layout) f16(w - h), so that h + lo is w to about 2^-22 of it
-/// (GpuOptions::split_products).
+/// (Precision::Accurate, the split products).
 void dequant_f16(const DevMatrix& m, int64_t row0, int64_t n, uint16_t* dst, int64_t dst_ld, gpuStream_t s,
                  uint16_t* lo = nullptr);
 
@@ -167,7 +167,7 @@ struct QgLow {
 /// d * sc * (q - 32) but for a term 2^-11 of it). `splits` > 0 replaces qgemm_splits's choice
 /// (tests: one split makes a block run through every tile of its rows).
 ///
-/// With `low` (the split products, GpuOptions::split_products; qgemm_exact_supports types and
+/// With `low` (the split products of Precision::Accurate; qgemm_exact_supports types and
 /// x16 the activations' high parts) Q4_K and Q6_K weights take the fragment kernel's exact form:
 /// no weight is rounded (Q4_K's sc * q and Q6_K's sc * (q - 32) as F16 integers, Q6_K's above
 /// 2048 as a high part and its remainder), the products run on x16 and low->x_lo, and the
@@ -229,7 +229,7 @@ void swiglu(const float* y, int64_t ldy, int ff, int rows, float* g, int64_t ldg
 
 /// F16 copy of `rows` rows of n floats: y = f16(x); with `lo` (same leading dimension ldy) also
 /// the low part lo = f16(x - y), so that y + lo is x to about 2^-22 of it (F16 high and low
-/// parts for GpuOptions::split_products); with `sums` as well (n a multiple of 256) the block
+/// parts for the split products of Precision::Accurate); with `sums` as well (n a multiple of 256) the block
 /// sums of y + lo in QgLow's layout (leading dimension ld_sums halves, at least n / 16), each
 /// summed in F32 in a fixed order and scaled by 2^-5. Throws GpuError for sums without lo or n
 /// not a multiple of 256.
@@ -271,7 +271,7 @@ bool attn_page_takes(const AttnShape& sh);
 /// shapes (rows alone): 128
 /// where the vectorized kernel does not take them (head_dim not a multiple of 16 or above 256,
 /// more than 8 query heads a KV head); else 64, or 256 when rows * n_head_kv >= 256 and at most
-/// 4 query heads a KV head. With `fixed` (batch-invariant mode) the span depends on the shape
+/// 4 query heads a KV head. With `fixed` (Precision::Exact) the span depends on the shape
 /// alone (the shortest), so that a query's reduction order never depends on its batch.
 int attn_decode_span(const AttnShape& sh, int rows, int max_pos, bool fixed);
 
