@@ -4,8 +4,8 @@
 //
 // A step flattens its rows into one batch of token rows (1-token rows first, then the prefill
 // chunks) and runs one forward pass over all of them: the linear layers over every row at once
-// (the register-dequantizing matvec kernel for up to GpuTuning::matvec_rows rows, GEMMs beyond:
-// up to GpuTuning::decode_gemm_rows rows the tensor-core decode GEMM that dequantizes BF16 and
+// (the register-dequantizing matvec kernel for up to ForwardPlan::matvec_rows rows, GEMMs beyond:
+// up to the plan's decode GEMM rows the tensor-core decode GEMM that dequantizes BF16 and
 // quantized weights in registers, cuBLAS on F16 weights as they are and, for larger steps, on
 // other types dequantized to F16), RoPE at each row's position, K/V stored through each row's
 // block table, split-K decode attention for 1-token rows and, for chunks, prefill attention as
@@ -14,7 +14,7 @@
 // the sampled rows, one batched sampling launch and one device-to-host copy. Pure-decode steps
 // replay a captured CUDA/HIP graph per (rows, attention span, splits): captured the second time
 // such a step is seen (the first runs eagerly, so that every kernel and cuBLAS shape has run once
-// outside a capture), at most kMaxGraphs of them, the least recently used dropped first.
+// outside a capture), at most DecodeGraphs::kMax of them, the least recently used dropped first.
 // The step is split in two (engine/backend.hpp): begin_step enqueues everything up to the
 // logits and returns; finish_step uploads the grammar masks the scheduler built meanwhile,
 // samples and reads back.
@@ -55,10 +55,11 @@ struct OpTimes {
 
 class GpuBackend final : public engine::Backend {
 public:
-    /// Loads the GGUF at `path`, uploads its weights and allocates the KV pool and every buffer
-    /// a step needs. Throws model::GgufError (malformed), model::ModelError (unsupported
-    /// architecture, shape or tensor type), std::invalid_argument (options out of range, a pool
-    /// smaller than one block) or GpuError (device memory).
+    /// Loads the GGUF at `path`, uploads its weights, makes the forward plan (make_plan) and
+    /// allocates the KV pool and every buffer the plan's kernels need. Throws model::GgufError
+    /// (malformed), model::ModelError (unsupported architecture, shape or tensor type),
+    /// std::invalid_argument (options out of range, tuning the build or tier cannot run (see
+    /// make_plan), a pool smaller than one block) or GpuError (device memory).
     GpuBackend(const std::string& path, const GpuOptions& opts);
     ~GpuBackend() override;
 
