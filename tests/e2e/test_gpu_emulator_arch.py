@@ -62,7 +62,7 @@ class GpuArchitectures(unittest.TestCase):
                     cases = json.load(f)["cases"][:2]  # the emulator is slow: two of the three prompts
                 model = shared(f"models/arch/{name}.gguf")
                 want = generate(CPU, model, cases, ["--ctx", "512"])
-                got = generate(EMU, model, cases, ["--ctx", "512", "--kv-f32", "--batch-invariant"])
+                got = generate(EMU, model, cases, ["--ctx", "512", "--precision", "exact"])
                 worst = 0.0
                 for cid in want:
                     self.assertEqual([t[0] for t in got[cid]], [t[0] for t in want[cid]], f"{name} {cid}")
