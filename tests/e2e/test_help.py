@@ -67,13 +67,19 @@ class Help(unittest.TestCase):
             self.assertEqual(out.returncode, 2, args)
             self.assertIn(want, out.stderr)
 
-    @unittest.skipUnless(os.path.exists(os.path.join(loomtest.BIN, "loom-engine-gpuemu")), "no loom-engine-gpuemu")
+    @unittest.skipUnless(os.path.exists(os.path.join(loomtest.BIN, "loom-engine-gpuemu")),
+                         "loom-engine-gpuemu not built (-DLOOM_GPU_EMU=OFF or not x86-64)")
     def test_gpu_engine(self):
-        # The GPU engines' options come from one parser (gpu_options.hpp), which the GPU tools share.
-        text, got = self.check("loom-engine-gpuemu", ["--help", "--model", "--precision", "--print-plan", "--kv-f32",
-                                                      "--kv-f16", "--prefill-attn", "--matvec-rows"], GPU, "docs/gpu.md")
+        # loom-engine-cuda and -hip print the same text (engine/backends/gpu/main.cpp, the options
+        # from gpu_options.hpp's one parser, which the GPU tools share); the emulator build is the
+        # one every build makes.
+        _, got = self.check("loom-engine-gpuemu", ["--help", "--model", "--precision", "--print-plan", "--kv-f32",
+                                                    "--kv-f16", "--prefill-attn", "--matvec-rows"], doc=GPU,
+                            where="docs/gpu.md")
+        self.assertEqual(table_flags(GPU, "## Flags"), got)
         self.assertNotIn("--batch-invariant", got)
         self.assertNotIn("--split-products", got)
+        # The switches --precision replaced, and bad tiers, are refused by name.
         emu = os.path.join(loomtest.BIN, "loom-engine-gpuemu")
         for args, want in ((["--batch-invariant"], "--batch-invariant was replaced by --precision exact"),
                            (["--split-products"], "--split-products was replaced by --precision accurate"),
@@ -82,15 +88,6 @@ class Help(unittest.TestCase):
             out = subprocess.run([emu, "--model", "x.gguf", *args], capture_output=True, text=True, timeout=30)
             self.assertEqual(out.returncode, 2, args)
             self.assertTrue(out.stderr.startswith("loom-engine-gpuemu: " + want), out.stderr)
-
-    @unittest.skipUnless(os.path.exists(os.path.join(loomtest.BIN, "loom-engine-gpuemu")),
-                         "loom-engine-gpuemu not built (-DLOOM_GPU_EMU=OFF or not x86-64)")
-    def test_gpu_engine(self):
-        # loom-engine-cuda and -hip print the same text (engine/backends/gpu/main.cpp); the
-        # emulator build is the one every build makes.
-        _, got = self.check("loom-engine-gpuemu", ["--help", "--model", "--kv-f32", "--batch-invariant",
-                                                    "--split-products"], doc=GPU, where="docs/gpu.md")
-        self.assertEqual(table_flags(GPU, "## Flags"), got)
 
     def test_make_model(self):
         text, got = self.check("loom-make-model", ["--help", "--out", "--preset", "--type", "--chat-template"])
