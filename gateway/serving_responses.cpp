@@ -297,6 +297,16 @@ GenerationRequest build_responses_request(std::string_view body_text, const Mode
         chat.AddMember("top_logprobs", Value(*v, a), a);
     }
     if (lp) chat.AddMember("logprobs", true, a);
+    if (const Value* so = find_field(body, "stream_options")) {
+        // The Responses API's stream_options has one member, include_obfuscation: accepted with
+        // stream, as on chat (loom pads no events either way; usage is always in
+        // response.completed). Anything else is refused by name.
+        if (!boolean_field(body, "stream", false))
+            bad_request("stream_options", "'stream_options' is only allowed when 'stream' is true");
+        if (!so->IsObject()) bad_request("stream_options", "'stream_options' must be an object");
+        check_nested_keys(*so, "stream_options", {"include_obfuscation"});
+        boolean_field(*so, "include_obfuscation", false);
+    }
     chat.AddMember("messages", messages_of(body, a), a);
     // Tools and structured output in chat's shape; chat's parser then checks them.
     if (const Value* v = find_field(body, "tools")) chat.AddMember("tools", chat_tools(*v, a), a);

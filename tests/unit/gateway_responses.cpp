@@ -155,6 +155,16 @@ TEST_CASE("responses: errors name the Responses fields") {
     CHECK(e.param == "input[0].output");
     e = error_of(R"({"input": [{"type": "item_reference", "id": "x"}]})");
     CHECK(e.param == "input[0].type");
+    // stream_options: the Responses API's one member, with stream only; chat's others are refused.
+    e = error_of(R"({"input": "x", "stream": true, "stream_options": {"include_usage": true}})");
+    CHECK(e.param == "stream_options.include_usage");
+    CHECK(e.message == "Unrecognized request argument supplied: stream_options.include_usage");
+    e = error_of(R"({"input": "x", "stream_options": {"include_obfuscation": false}})");
+    CHECK(e.message == "'stream_options' is only allowed when 'stream' is true");
+    e = error_of(R"({"input": "x", "stream": true, "stream_options": {"include_obfuscation": 1}})");
+    CHECK(e.param == "include_obfuscation");  // as on chat (json_fields.hpp names the member)
+    CHECK_NOTHROW(build_responses_request(
+        R"({"input": "x", "stream": true, "stream_options": {"include_obfuscation": true}})", context()));
 }
 
 TEST_CASE("responses stream: a message, then a call; items and events in order, the object agrees") {
